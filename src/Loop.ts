@@ -1,0 +1,525 @@
+/**
+ * The agent loop as one pure function: `transition(state, input) -> { state, emit, command }`.
+ *
+ * The model only names tools; the loop decides what happens next. A turn starts with a user
+ * message, asks the model, runs the tool calls it names one at a time on the client, appends
+ * their results, and asks again until the model answers without tools. The outer runner
+ * performs each `Command` and feeds what comes back (stream events, tool results, user
+ * messages, cancels) in as the next `Input`.
+ *
+ * Rules this module keeps, each guarded by a property test:
+ * - history (`messages`) is append-only; streamed deltas live in `pending` (memory only) and
+ *   the one assistant message committed per model call is the one in `Done`;
+ * - a `length` stop never runs its (possibly truncated) tool calls;
+ * - tool calls run one at a time in content order, and their results are appended in that
+ *   order, matched by tool call id, whatever order they arrive in;
+ * - errors and aborts never become assistant messages;
+ * - duplicate and late inputs change nothing;
+ * - ids are derived from the state, never from a clock or a random source.
+ *
+ * No I/O, no services, no clock: it imports `effect` data modules and `Llm.ts` only.
+ */
+import { Data, Schema } from "effect"
+import {
+  AssistantMessage,
+  extendMessagesHash,
+  messageHash,
+  toolCallsOf,
+  ToolCall,
+  ToolResultMessage,
+  UserMessage
+} from "./Llm.js"
+import type { RequestMessages, ResponseEvent, ToolDefinition, UserContent } from "./Llm.js"
+import { emptyMessagesHash, Message } from "./Llm.js"
+
+// =============================================================================
+// State
+// =============================================================================
+
+export const ConversationStatus = Schema.Literal(
+  "ready",
+  "waitingLlm",
+  "waitingClient",
+  "final",
+  "failed",
+  "canceled"
+)
+export type ConversationStatus = typeof ConversationStatus.Type
+
+/** What the client chose for the current turn: the model, and options the prompt builder reads (mode, workspace...). */
+export const TurnSettings = Schema.Struct({
+  model: Schema.String,
+  options: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+})
+export type TurnSettings = typeof TurnSettings.Type
+
+export const PendingToolCall = Schema.Struct({
+  operationId: Schema.String,
+  toolCall: ToolCall
+})
+export type PendingToolCall = typeof PendingToolCall.Type
+
+/** The tool calls of the last assistant message that are still being run on the client. */
+export const WaitingClient = Schema.Struct({
+  /** The model call whose message holds these tool calls. */
+  callId: Schema.String,
+  /** All tool calls of that message, in content order. */
+  toolCalls: Schema.Array(PendingToolCall),
+  /** How many results have been appended to `messages` (always a prefix of `toolCalls`). */
+  appended: Schema.Int,
+  /** How many calls have been handed to the client (one at a time, in order). */
+  dispatched: Schema.Int,
+  /** Results that arrived ahead of an earlier call's result, by call position; appended once their turn comes. */
+  held: Schema.Array(Schema.Struct({ position: Schema.Int, result: ToolResultMessage }))
+})
+export type WaitingClient = typeof WaitingClient.Type
+
+/** The committed state of one conversation: what the store saves after every transition that changes it. */
+export const ConversationState = Schema.Struct({
+  conversationId: Schema.String,
+  status: ConversationStatus,
+  /** Turns started so far; the current turn is number `turnSeq`. */
+  turnSeq: Schema.Int,
+  turnId: Schema.String,
+  settings: Schema.NullOr(TurnSettings),
+  /** Model calls made in the current turn. */
+  llmCallSeq: Schema.Int,
+  /** The model call whose stream is being read, if any. */
+  activeCallId: Schema.NullOr(Schema.String),
+  /** The model history: append-only. */
+  messages: Schema.Array(Message),
+  /** Hash chain over `messages` (see `Llm.messagesHash`), extended at each append. */
+  messagesHash: Schema.String,
+  waiting: Schema.NullOr(WaitingClient),
+  /** User messages that arrived mid-step; appended at the next step boundary, never lost. */
+  queued: Schema.Array(UserMessage)
+})
+export type ConversationState = typeof ConversationState.Type
+
+/** One block of the response being streamed. */
+export interface PendingBlock {
+  readonly kind: "text" | "thinking" | "toolCall"
+  readonly text: string
+  readonly id?: string
+  readonly name?: string
+  readonly open: boolean
+}
+
+/** The model response being streamed: memory only, never committed, dropped on error. */
+export interface PendingResponse {
+  readonly callId: string
+  readonly blocks: ReadonlyArray<PendingBlock | undefined>
+  readonly deltaCount: number
+}
+
+export interface RuntimeState {
+  readonly committed: ConversationState
+  readonly pending: PendingResponse | null
+}
+
+export const initialConversation = (conversationId: string): ConversationState => ({
+  conversationId,
+  status: "ready",
+  turnSeq: 0,
+  turnId: "",
+  settings: null,
+  llmCallSeq: 0,
+  activeCallId: null,
+  messages: [],
+  messagesHash: emptyMessagesHash,
+  waiting: null,
+  queued: []
+})
+
+export const initialRuntime = (conversationId: string): RuntimeState => ({
+  committed: initialConversation(conversationId),
+  pending: null
+})
+
+/** Whether a turn is in progress (a model call or client tool calls outstanding). */
+export const isBusy = (state: ConversationState): boolean =>
+  state.status === "waitingLlm" || state.status === "waitingClient"
+
+// =============================================================================
+// Inputs and commands
+// =============================================================================
+
+export type Input = Data.TaggedEnum<{
+  /** A new turn: the user's message, context the client attached, and the turn's settings. */
+  Start: {
+    readonly message: UserMessage
+    readonly context: ReadonlyArray<UserContent>
+    readonly settings: TurnSettings
+  }
+  LlmEvent: { readonly callId: string; readonly event: ResponseEvent }
+  ToolResult: { readonly message: ToolResultMessage }
+  UserMessage: { readonly message: UserMessage }
+  Cancel: { readonly reason: string }
+}>
+export const Input = Data.taggedEnum<Input>()
+
+export type Command = Data.TaggedEnum<{
+  /** Keep reading the current model stream. */
+  ContinueLlm: {}
+  /** Save the call, then stream `request` from `model`; feed every event back as `LlmEvent(callId)`. */
+  CallLlm: {
+    readonly callId: string
+    readonly model: string
+    readonly request: RequestMessages
+    readonly messagesHash: string
+  }
+  /** Save the operation, then run the tool call on the client; its result comes back as `ToolResult`. */
+  CallClient: { readonly operationId: string; readonly toolCall: ToolCall }
+  /** Nothing to do until the next input. */
+  WaitInput: {}
+  /** The turn is over; `reason: "length"` means the answer was cut off at the output limit. */
+  Final: { readonly message: AssistantMessage; readonly reason: "stop" | "length" }
+  Failed: { readonly error: string; readonly retryable: boolean }
+  Canceled: { readonly reason: string }
+}>
+export const Command = Data.taggedEnum<Command>()
+
+export interface Transition {
+  readonly state: RuntimeState
+  readonly emit: ReadonlyArray<ResponseEvent>
+  readonly command: Command
+}
+
+// =============================================================================
+// Policy: what the loop is given
+// =============================================================================
+
+/** What the prompt and tool builders may see: never the history. */
+export interface PromptContext {
+  readonly conversationId: string
+  readonly turnId: string
+  readonly settings: TurnSettings
+}
+
+export interface Policy {
+  /** Pure: the system prompt for the next request. */
+  readonly buildPrompt: (context: PromptContext) => string
+  /** Pure: the tools offered in the next request. */
+  readonly buildTools: (context: PromptContext) => ReadonlyArray<ToolDefinition>
+  /** A turn that would make more model calls than this fails instead. */
+  readonly maxLlmCallsPerTurn: number
+}
+
+// =============================================================================
+// Ids: derived from the state, never random
+// =============================================================================
+
+export const turnIdOf = (conversationId: string, turnSeq: number): string => `${conversationId}/t${turnSeq}`
+export const callIdOf = (turnId: string, llmCallSeq: number): string => `${turnId}/c${llmCallSeq}`
+/** One operation per tool call: the call's position makes it unique even if a provider repeats ids. */
+export const operationIdOf = (callId: string, position: number, toolCallId: string): string =>
+  `${callId}/${position}:${toolCallId}`
+
+// =============================================================================
+// The transition
+// =============================================================================
+
+export const CUT_OFF_RESULT =
+  "Not executed: the response hit the output token limit before this tool call was complete."
+export const CANCELED_RESULT = "Not executed: the user canceled the turn."
+export const SUPERSEDED_RESULT = "Not executed: the user started a new turn."
+
+export const makeTransition = (policy: Policy) => (state: RuntimeState, input: Input): Transition =>
+  Input.$match(input, {
+    Start: ({ context, message, settings }) => onStart(policy, state, message, context, settings),
+    LlmEvent: ({ callId, event }) => onLlmEvent(policy, state, callId, event),
+    ToolResult: ({ message }) => onToolResult(policy, state, message),
+    UserMessage: ({ message }) => onUserMessage(policy, state, message),
+    Cancel: ({ reason }) => onCancel(state, reason)
+  })
+
+const unchanged = (state: RuntimeState): Transition => ({ state, emit: [], command: Command.WaitInput() })
+
+const onStart = (
+  policy: Policy,
+  state: RuntimeState,
+  message: UserMessage,
+  context: ReadonlyArray<UserContent>,
+  settings: TurnSettings
+): Transition => {
+  // A new turn while one runs supersedes it: its open tool calls are closed with a result first.
+  const closed = isBusy(state.committed) ? closeTurn(state.committed, SUPERSEDED_RESULT) : state.committed
+  const supplements: Array<UserMessage> = context.length > 0 ? [{ role: "user", content: context }] : []
+  const turnSeq = closed.turnSeq + 1
+  const turn: ConversationState = {
+    ...closed,
+    turnSeq,
+    turnId: turnIdOf(closed.conversationId, turnSeq),
+    settings,
+    llmCallSeq: 0
+  }
+  return callLlm(policy, appendMessages(turn, [...supplements, message]))
+}
+
+const onUserMessage = (policy: Policy, state: RuntimeState, message: UserMessage): Transition => {
+  const committed = state.committed
+  if (isBusy(committed)) {
+    return { state: { ...state, committed: { ...committed, queued: [...committed.queued, message] } }, emit: [], command: Command.WaitInput() }
+  }
+  // Between turns a user message starts the next turn with the previous turn's settings.
+  if (committed.settings === null) return unchanged(state)
+  return onStart(policy, state, message, [], committed.settings)
+}
+
+const onCancel = (state: RuntimeState, reason: string): Transition => {
+  if (!isBusy(state.committed)) return unchanged(state)
+  return {
+    state: { committed: { ...closeTurn(state.committed, CANCELED_RESULT), status: "canceled" }, pending: null },
+    emit: [],
+    command: Command.Canceled({ reason })
+  }
+}
+
+const onLlmEvent = (policy: Policy, state: RuntimeState, callId: string, event: ResponseEvent): Transition => {
+  const committed = state.committed
+  // Late, duplicate or foreign stream events: the call is not the one being read.
+  if (committed.status !== "waitingLlm" || committed.activeCallId !== callId) return unchanged(state)
+  switch (event._tag) {
+    case "Start":
+      // A (re)started stream discards whatever an earlier attempt streamed: never merged.
+      return streaming(state, { callId, blocks: [], deltaCount: 0 }, event)
+    case "TextStart":
+    case "ThinkingStart":
+    case "ToolCallStart":
+    case "TextDelta":
+    case "ThinkingDelta":
+    case "ToolCallDelta":
+    case "TextEnd":
+    case "ThinkingEnd":
+    case "ToolCallEnd":
+      return streaming(state, applyDelta(state.pending ?? { callId, blocks: [], deltaCount: 0 }, event), event)
+    case "Done":
+      return onDone(policy, committed, event.reason, event.message, event)
+    case "Error": {
+      const ended: ConversationState = {
+        ...appendQueued(committed),
+        activeCallId: null,
+        status: event.reason === "aborted" ? "canceled" : "failed"
+      }
+      return {
+        state: { committed: ended, pending: null },
+        emit: [event],
+        command: event.reason === "aborted"
+          ? Command.Canceled({ reason: event.message })
+          : Command.Failed({ error: event.message, retryable: event.retryable })
+      }
+    }
+  }
+}
+
+const streaming = (state: RuntimeState, pending: PendingResponse, event: ResponseEvent): Transition => ({
+  state: { committed: state.committed, pending },
+  emit: [event],
+  command: Command.ContinueLlm()
+})
+
+const onDone = (
+  policy: Policy,
+  committed: ConversationState,
+  reason: "stop" | "length" | "toolUse",
+  message: AssistantMessage,
+  event: ResponseEvent
+): Transition => {
+  const callId = committed.activeCallId!
+  const withAnswer = appendMessages({ ...committed, activeCallId: null }, [message])
+  const toolCalls = toolCallsOf(message)
+  const done = (state: ConversationState, command: Command): Transition => ({
+    state: { committed: state, pending: null },
+    emit: [event],
+    command
+  })
+
+  if (reason === "length") {
+    // Truncated tool calls are never run; each gets a result saying so, keeping the history valid.
+    const cutOff = appendMessages(withAnswer, toolCalls.map((call) => errorResult(call, CUT_OFF_RESULT)))
+    return endOfStep(policy, cutOff, (ended) => done(ended, Command.Final({ message, reason: "length" })), event)
+  }
+  if (toolCalls.length > 0) {
+    // Tool calls are run whatever stop reason the provider reported with them.
+    const pendingCalls = toolCalls.map((toolCall, position) => ({
+      operationId: operationIdOf(callId, position, toolCall.id),
+      toolCall
+    }))
+    const first = pendingCalls[0]!
+    const waiting: WaitingClient = { callId, toolCalls: pendingCalls, appended: 0, dispatched: 1, held: [] }
+    return done(
+      { ...withAnswer, status: "waitingClient", waiting },
+      Command.CallClient({ operationId: first.operationId, toolCall: first.toolCall })
+    )
+  }
+  return endOfStep(policy, withAnswer, (ended) => done(ended, Command.Final({ message, reason: "stop" })), event)
+}
+
+/**
+ * At the end of a step the turn would end; user messages that arrived meanwhile are appended
+ * and the model is asked again instead.
+ */
+const endOfStep = (
+  policy: Policy,
+  state: ConversationState,
+  finish: (state: ConversationState) => Transition,
+  event: ResponseEvent
+): Transition => {
+  if (state.queued.length === 0) return finish({ ...state, status: "final" })
+  const next = callLlm(policy, appendQueued(state))
+  return { ...next, emit: [event] }
+}
+
+const onToolResult = (policy: Policy, state: RuntimeState, result: ToolResultMessage): Transition => {
+  const committed = state.committed
+  const waiting = committed.waiting
+  if (committed.status !== "waitingClient" || waiting === null) return unchanged(state)
+  // The first open call with this id; calls sharing an id (a provider bug) are answered in order.
+  const position = waiting.toolCalls.findIndex((call, index) =>
+    index >= waiting.appended && call.toolCall.id === result.toolCallId && heldAt(waiting, index) === undefined
+  )
+  // Unknown id, or every call with that id already answered.
+  if (position < 0) return unchanged(state)
+
+  const held = [...waiting.held, { position, result }]
+  const ready: Array<ToolResultMessage> = []
+  let appended = waiting.appended
+  for (let next = held.find((h) => h.position === appended); next !== undefined; next = held.find((h) => h.position === appended)) {
+    held.splice(held.indexOf(next), 1)
+    ready.push(next.result)
+    appended++
+  }
+  const withResults = appendMessages(committed, ready)
+
+  if (appended === waiting.toolCalls.length) {
+    return callLlm(policy, appendQueued({ ...withResults, waiting: null }))
+  }
+  const stillWaiting = (dispatched: number): RuntimeState => ({
+    ...state,
+    committed: { ...withResults, waiting: { ...waiting, appended, dispatched, held } }
+  })
+  if (appended >= waiting.dispatched) {
+    const next = waiting.toolCalls[appended]!
+    return {
+      state: stillWaiting(appended + 1),
+      emit: [],
+      command: Command.CallClient({ operationId: next.operationId, toolCall: next.toolCall })
+    }
+  }
+  return { state: stillWaiting(waiting.dispatched), emit: [], command: Command.WaitInput() }
+}
+
+const heldAt = (waiting: WaitingClient, position: number): ToolResultMessage | undefined =>
+  waiting.held.find((h) => h.position === position)?.result
+
+// =============================================================================
+// Helpers
+// =============================================================================
+
+const callLlm = (policy: Policy, committed: ConversationState): Transition => {
+  const settings = committed.settings!
+  if (committed.llmCallSeq >= policy.maxLlmCallsPerTurn) {
+    return {
+      state: { committed: { ...committed, status: "failed", activeCallId: null }, pending: null },
+      emit: [],
+      command: Command.Failed({
+        error: `The turn stopped after ${policy.maxLlmCallsPerTurn} model calls (the per-turn limit).`,
+        retryable: false
+      })
+    }
+  }
+  const callId = callIdOf(committed.turnId, committed.llmCallSeq)
+  const context: PromptContext = { conversationId: committed.conversationId, turnId: committed.turnId, settings }
+  const request: RequestMessages = {
+    systemPrompt: policy.buildPrompt(context),
+    messages: committed.messages,
+    tools: policy.buildTools(context)
+  }
+  return {
+    state: {
+      committed: { ...committed, status: "waitingLlm", activeCallId: callId, llmCallSeq: committed.llmCallSeq + 1 },
+      pending: null
+    },
+    emit: [],
+    command: Command.CallLlm({ callId, model: settings.model, request, messagesHash: committed.messagesHash })
+  }
+}
+
+const appendMessages = (state: ConversationState, messages: ReadonlyArray<Message>): ConversationState => {
+  if (messages.length === 0) return state
+  let hash = state.messagesHash
+  for (const message of messages) hash = extendMessagesHash(hash, messageHash(message))
+  return { ...state, messages: [...state.messages, ...messages], messagesHash: hash }
+}
+
+const appendQueued = (state: ConversationState): ConversationState =>
+  state.queued.length === 0 ? state : { ...appendMessages(state, state.queued), queued: [] }
+
+const errorResult = (call: ToolCall, text: string): ToolResultMessage => ({
+  role: "toolResult",
+  toolCallId: call.id,
+  toolName: call.name,
+  content: [{ type: "text", text }],
+  isError: true
+})
+
+/**
+ * Ends the running turn early: every tool call still open gets its result (the real one if it
+ * already arrived, else an error saying why), in call order, so the history stays valid for
+ * the next request; queued user messages follow.
+ */
+const closeTurn = (state: ConversationState, why: string): ConversationState => {
+  const waiting = state.waiting
+  const results: Array<ToolResultMessage> = []
+  if (waiting !== null) {
+    for (let position = waiting.appended; position < waiting.toolCalls.length; position++) {
+      const call = waiting.toolCalls[position]!.toolCall
+      results.push(heldAt(waiting, position) ?? errorResult(call, why))
+    }
+  }
+  return appendQueued({ ...appendMessages(state, results), waiting: null, activeCallId: null })
+}
+
+// =============================================================================
+// The streamed response (memory only)
+// =============================================================================
+
+const applyDelta = (pending: PendingResponse, event: ResponseEvent): PendingResponse => {
+  if (!("index" in event)) return pending
+  const blocks = pending.blocks.slice()
+  const current = blocks[event.index]
+  switch (event._tag) {
+    case "TextStart":
+      blocks[event.index] = { kind: "text", text: "", open: true }
+      break
+    case "ThinkingStart":
+      blocks[event.index] = { kind: "thinking", text: "", open: true }
+      break
+    case "ToolCallStart":
+      blocks[event.index] = { kind: "toolCall", text: "", id: event.id, name: event.name, open: true }
+      break
+    case "TextDelta":
+    case "ThinkingDelta":
+    case "ToolCallDelta": {
+      const kind = event._tag === "TextDelta" ? "text" : event._tag === "ThinkingDelta" ? "thinking" : "toolCall"
+      blocks[event.index] = { ...(current ?? { kind, open: true }), text: (current?.text ?? "") + event.delta }
+      break
+    }
+    case "TextEnd":
+    case "ThinkingEnd":
+      if (current !== undefined) blocks[event.index] = { ...current, open: false }
+      break
+    case "ToolCallEnd":
+      blocks[event.index] = {
+        kind: "toolCall",
+        text: event.toolCall.arguments,
+        id: event.toolCall.id,
+        name: event.toolCall.name,
+        open: false
+      }
+      break
+    default:
+      return pending
+  }
+  return { ...pending, blocks, deltaCount: pending.deltaCount + 1 }
+}

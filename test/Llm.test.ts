@@ -1,0 +1,118 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, FastCheck as fc, Schema } from "effect"
+import { createHash } from "node:crypto"
+import {
+  canonicalJson,
+  emptyMessagesHash,
+  extendMessagesHash,
+  LlmError,
+  Message,
+  messageHash,
+  messagesHash,
+  requestHash,
+  ResponseEvent,
+  serializeMessage
+} from "../src/Llm.js"
+import { sha256 } from "../src/internal/Sha256.js"
+
+const message: Message = {
+  role: "assistant",
+  content: [
+    { type: "thinking", thinking: "plan", signature: "c2ln", redacted: false },
+    { type: "text", text: "Hi é 😀" },
+    { type: "toolCall", id: "t1", name: "read", arguments: `{"path":"a.ts"}`, extras: { thoughtSignature: "abc" } }
+  ],
+  api: "anthropic",
+  provider: "anthropic",
+  model: "claude",
+  usage: { input: 1, output: 2, cacheRead: 3, cacheWrite: 4, reasoning: 0 },
+  stopReason: "toolUse"
+}
+
+describe("Llm: canonical serialization", () => {
+  it("is independent of the order keys were built in", () => {
+    const reordered = JSON.parse(JSON.stringify(message, Object.keys(message).reverse().concat(
+      "type", "thinking", "signature", "redacted", "text", "id", "name", "arguments", "extras", "thoughtSignature",
+      "input", "output", "cacheRead", "cacheWrite", "reasoning"
+    )))
+    assert.strictEqual(serializeMessage(reordered), serializeMessage(message))
+  })
+
+  it.prop("is byte-identical for equal JSON values, and parses back to them", [fc.jsonValue()], ([value]) => {
+    const text = canonicalJson(value)
+    assert.strictEqual(canonicalJson(JSON.parse(text)), text)
+    assert.deepStrictEqual(JSON.parse(text), JSON.parse(JSON.stringify(value)))
+  }, { fastCheck: { numRuns: 300 } })
+
+  it("leaves out undefined members, so an absent optional field and a missing one agree", () => {
+    assert.strictEqual(canonicalJson({ a: 1, b: undefined }), `{"a":1}`)
+  })
+
+  it.effect("survives a Schema encode/decode round trip byte for byte", () =>
+    Effect.gen(function*() {
+      const decoded = yield* Schema.decodeUnknown(Message)(JSON.parse(serializeMessage(message)))
+      assert.strictEqual(serializeMessage(decoded), serializeMessage(message))
+    }))
+})
+
+describe("Llm: hashes", () => {
+  it.prop("sha256 agrees with node:crypto on any text", [fc.string({ unit: "grapheme", maxLength: 300 })], ([text]) => {
+    assert.strictEqual(sha256(text), createHash("sha256").update(text, "utf8").digest("hex"))
+  }, { fastCheck: { numRuns: 500 } })
+
+  it("sha256 agrees with node:crypto around the block boundaries", () => {
+    for (let length = 0; length < 200; length++) {
+      const text = "x".repeat(length)
+      assert.strictEqual(sha256(text), createHash("sha256").update(text).digest("hex"), `length ${length}`)
+    }
+  })
+
+  it("messagesHash extends by one message without rehashing the history", () => {
+    const history: Array<Message> = [{ role: "user", content: [{ type: "text", text: "hi" }] }, message]
+    assert.strictEqual(messagesHash([]), emptyMessagesHash)
+    assert.strictEqual(messagesHash(history), extendMessagesHash(messagesHash(history.slice(0, 1)), messageHash(message)))
+    assert.notStrictEqual(messagesHash(history), messagesHash(history.slice().reverse()))
+  })
+
+  it("requestHash changes with the model, the prompt, the tools and the history", () => {
+    const parts = { systemPrompt: "sys", tools: [] }
+    const base = requestHash("m", parts, emptyMessagesHash, 0)
+    assert.notStrictEqual(requestHash("m2", parts, emptyMessagesHash, 0), base)
+    assert.notStrictEqual(requestHash("m", { ...parts, systemPrompt: "sys2" }, emptyMessagesHash, 0), base)
+    assert.notStrictEqual(requestHash("m", { ...parts, tools: [{ name: "a", description: "", parameters: {} }] }, emptyMessagesHash, 0), base)
+    assert.notStrictEqual(requestHash("m", parts, messagesHash([message]), 1), base)
+    assert.strictEqual(requestHash("m", parts, emptyMessagesHash, 0), base)
+  })
+})
+
+describe("Llm: schemas", () => {
+  it.effect("every ResponseEvent kind decodes from its JSON form", () =>
+    Effect.gen(function*() {
+      const events: ReadonlyArray<unknown> = [
+        { _tag: "Start" }, { _tag: "TextStart", index: 0 }, { _tag: "TextDelta", index: 0, delta: "a" }, { _tag: "TextEnd", index: 0 },
+        { _tag: "ThinkingStart", index: 1 }, { _tag: "ThinkingDelta", index: 1, delta: "b" }, { _tag: "ThinkingEnd", index: 1, signature: "s" },
+        { _tag: "ToolCallStart", index: 2, id: "t", name: "read" }, { _tag: "ToolCallDelta", index: 2, delta: "{}" },
+        { _tag: "ToolCallEnd", index: 2, toolCall: { type: "toolCall", id: "t", name: "read", arguments: "{}" } },
+        { _tag: "Done", reason: "toolUse", message },
+        { _tag: "Error", reason: "error", message: "boom", retryable: true }
+      ]
+      for (const event of events) {
+        const decoded = yield* Schema.decodeUnknown(ResponseEvent)(event)
+        assert.strictEqual(canonicalJson(decoded), canonicalJson(event))
+      }
+    }))
+
+  it.effect("a malformed message is a decode error, not a crash", () =>
+    Effect.gen(function*() {
+      const bad = yield* Effect.either(Schema.decodeUnknown(Message)({ role: "assistant", content: [{ type: "toolCall", id: 1 }] }))
+      assert.isTrue(bad._tag === "Left")
+      const negative = yield* Effect.either(Schema.decodeUnknown(Message)({ ...message, usage: { ...message.usage, input: -1 } }))
+      assert.isTrue(negative._tag === "Left")
+    }))
+
+  it("LlmError carries its reason and retryability", () => {
+    const error = new LlmError({ reason: "rateLimited", message: "slow down", retryable: true, retryAfterMs: 2000 })
+    assert.strictEqual(error._tag, "LlmError")
+    assert.strictEqual(error.retryAfterMs, 2000)
+  })
+})

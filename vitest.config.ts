@@ -1,0 +1,10 @@
+import { defineConfig } from "vitest/config"
+
+export default defineConfig({
+  test: {
+    include: ["test/**/*.test.ts"],
+    exclude: ["test/recorded/**", "node_modules/**"],
+    setupFiles: ["test/setup.ts"],
+    testTimeout: 30_000
+  }
+})
