@@ -1,0 +1,140 @@
+/**
+ * Connect protocol framing: the 5-byte envelopes of streaming bodies, the end-stream frame
+ * that carries a stream's outcome, and Connect error codes with their HTTP statuses.
+ *
+ * Hand-written rather than taken from @connectrpc/connect-node because the server side runs
+ * on Effect's HTTP server (one framework for routing, body limits, streaming and shutdown);
+ * the framing itself is small, and a test checks it against the official Connect client.
+ */
+import { gunzipSync } from "node:zlib"
+
+export const FLAG_COMPRESSED = 0x01
+export const FLAG_END_STREAM = 0x02
+
+export type ConnectCode =
+  | "canceled"
+  | "unknown"
+  | "invalid_argument"
+  | "deadline_exceeded"
+  | "not_found"
+  | "already_exists"
+  | "permission_denied"
+  | "resource_exhausted"
+  | "failed_precondition"
+  | "aborted"
+  | "out_of_range"
+  | "unimplemented"
+  | "internal"
+  | "unavailable"
+  | "data_loss"
+  | "unauthenticated"
+
+/** HTTP status of a unary Connect error (the Connect protocol's table). */
+export const httpStatusOf = (code: ConnectCode): number => {
+  switch (code) {
+    case "canceled": return 499
+    case "invalid_argument":
+    case "failed_precondition":
+    case "out_of_range": return 400
+    case "deadline_exceeded": return 504
+    case "not_found": return 404
+    case "already_exists":
+    case "aborted": return 409
+    case "permission_denied": return 403
+    case "resource_exhausted": return 429
+    case "unimplemented": return 501
+    case "unavailable": return 503
+    case "unauthenticated": return 401
+    case "unknown":
+    case "internal":
+    case "data_loss": return 500
+  }
+}
+
+export interface ErrorDetail {
+  /** Fully qualified protobuf type name, e.g. `aiserver.v1.ErrorDetails`. */
+  readonly type: string
+  readonly value: Uint8Array
+}
+
+/** A Connect error as it travels: code, message, optional typed details. */
+export class ConnectError extends Error {
+  override readonly name = "ConnectError"
+  constructor(readonly code: ConnectCode, message: string, readonly details: ReadonlyArray<ErrorDetail> = []) {
+    super(message)
+  }
+  toJson(): { code: ConnectCode; message: string; details?: Array<{ type: string; value: string }> } {
+    return this.details.length === 0
+      ? { code: this.code, message: this.message }
+      : { code: this.code, message: this.message, details: this.details.map((d) => ({ type: d.type, value: base64NoPad(d.value) })) }
+  }
+}
+
+const base64NoPad = (bytes: Uint8Array): string => Buffer.from(bytes).toString("base64").replace(/=+$/, "")
+
+/** One envelope: flags, 4-byte big-endian length, payload. */
+export const envelope = (flags: number, payload: Uint8Array): Uint8Array => {
+  const out = new Uint8Array(5 + payload.length)
+  out[0] = flags
+  new DataView(out.buffer).setUint32(1, payload.length)
+  out.set(payload, 5)
+  return out
+}
+
+const encoder = new TextEncoder()
+
+/** The end-stream frame: `{}` on success, `{"error":{...}}` on failure. */
+export const endStreamFrame = (error?: ConnectError): Uint8Array =>
+  envelope(FLAG_END_STREAM, encoder.encode(JSON.stringify(error === undefined ? {} : { error: error.toJson() })))
+
+export interface Envelope {
+  readonly flags: number
+  readonly payload: Uint8Array
+}
+
+/**
+ * Splits a complete streaming request body into envelopes, inflating gzip payloads. Any
+ * truncation or a bad compressed payload is an `invalid_argument` error, never a throw.
+ */
+export const parseEnvelopes = (body: Uint8Array, maxPayload: number): ReadonlyArray<Envelope> | ConnectError => {
+  const envelopes: Array<Envelope> = []
+  const view = new DataView(body.buffer, body.byteOffset, body.byteLength)
+  let offset = 0
+  while (offset < body.length) {
+    if (body.length - offset < 5) return new ConnectError("invalid_argument", `truncated envelope header at byte ${offset}`)
+    const flags = body[offset]!
+    const length = view.getUint32(offset + 1)
+    if (length > maxPayload) return new ConnectError("resource_exhausted", `envelope of ${length} bytes exceeds the limit of ${maxPayload}`)
+    if (body.length - offset - 5 < length) return new ConnectError("invalid_argument", `envelope at byte ${offset} declares ${length} bytes, ${body.length - offset - 5} present`)
+    let payload = body.subarray(offset + 5, offset + 5 + length)
+    if ((flags & FLAG_COMPRESSED) !== 0) {
+      try {
+        payload = new Uint8Array(gunzipSync(payload, { maxOutputLength: maxPayload }))
+      } catch (cause) {
+        return new ConnectError("invalid_argument", `compressed envelope does not inflate: ${String((cause as Error).message ?? cause)}`)
+      }
+    }
+    envelopes.push({ flags, payload })
+    offset += 5 + length
+  }
+  return envelopes
+}
+
+/** Inflates a unary body sent with `Content-Encoding: gzip`; identity bodies pass through. */
+export const decodeUnaryBody = (
+  body: Uint8Array,
+  contentEncoding: string | undefined,
+  maxBytes: number
+): Uint8Array | ConnectError => {
+  const encoding = (contentEncoding ?? "identity").trim().toLowerCase()
+  if (encoding === "identity" || encoding === "") return body
+  if (encoding !== "gzip") return new ConnectError("unimplemented", `content-encoding ${encoding} is not supported (gzip and identity are)`)
+  try {
+    return new Uint8Array(gunzipSync(body, { maxOutputLength: maxBytes }))
+  } catch (cause) {
+    const message = String((cause as Error).message ?? cause)
+    return /maxOutputLength|Cannot create a Buffer larger/i.test(message)
+      ? new ConnectError("resource_exhausted", `gzip body inflates past the limit of ${maxBytes} bytes`)
+      : new ConnectError("invalid_argument", `gzip body does not inflate: ${message}`)
+  }
+}

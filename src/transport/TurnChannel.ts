@@ -1,0 +1,73 @@
+/**
+ * The output side of one Cursor request (one turn): an ordered list of Connect frames with a
+ * backlog, so that a RunSSE that reconnects with the same request id receives everything from
+ * the start, then the live frames, then the end-stream frame.
+ *
+ * Writes never wait for a reader: the turn runs on whether or not a RunSSE is attached (a
+ * disconnect is not a cancel). At most one RunSSE reads at a time; a newer one replaces it.
+ */
+import { Effect, Exit, Mailbox, Stream } from "effect"
+
+export interface TurnChannel {
+  readonly requestId: string
+  /** Appends frames in order; they reach the attached reader, and any later one, in this order. */
+  readonly write: (frames: ReadonlyArray<Uint8Array>) => Effect.Effect<void>
+  /** Appends the end-stream frame and closes; later writes are dropped. Idempotent. */
+  readonly close: (endFrame: Uint8Array) => Effect.Effect<void>
+  /** A reader: the backlog, then live frames, ending after the end-stream frame. */
+  readonly attach: Effect.Effect<Stream.Stream<Uint8Array>>
+  readonly isClosed: () => boolean
+  /** Whether a RunSSE is reading now. */
+  readonly isAttached: () => boolean
+  /** Frames written so far (end frame included). */
+  readonly size: () => number
+}
+
+export const makeTurnChannel = (requestId: string): TurnChannel => {
+  const backlog: Array<Uint8Array> = []
+  let closed = false
+  let reader: Mailbox.Mailbox<Uint8Array> | null = null
+
+  const write = (frames: ReadonlyArray<Uint8Array>) =>
+    Effect.sync(() => {
+      if (closed || frames.length === 0) return
+      for (const frame of frames) backlog.push(frame)
+      reader?.unsafeOfferAll(frames.slice())
+    })
+
+  const close = (endFrame: Uint8Array) =>
+    Effect.sync(() => {
+      if (closed) return
+      closed = true
+      backlog.push(endFrame)
+      if (reader !== null) {
+        reader.unsafeOffer(endFrame)
+        reader.unsafeDone(Exit.void)
+      }
+    })
+
+  const attach = Effect.gen(function*() {
+    const mailbox = yield* Mailbox.make<Uint8Array>()
+    // Replace a previous reader: its connection is stale once the client has reconnected.
+    reader?.unsafeDone(Exit.void)
+    reader = mailbox
+    // A copy: the mailbox may keep the array it is given as its buffer.
+    mailbox.unsafeOfferAll(backlog.slice())
+    if (closed) mailbox.unsafeDone(Exit.void)
+    return Mailbox.toStream(mailbox).pipe(
+      Stream.ensuring(Effect.sync(() => {
+        if (reader === mailbox) reader = null
+      }))
+    )
+  })
+
+  return {
+    requestId,
+    write,
+    close,
+    attach,
+    isClosed: () => closed,
+    isAttached: () => reader !== null,
+    size: () => backlog.length
+  }
+}
