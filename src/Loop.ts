@@ -81,6 +81,8 @@ export const ConversationState = Schema.Struct({
   /** Turns started so far; the current turn is number `turnSeq`. */
   turnSeq: Schema.Int,
   turnId: Schema.String,
+  /** Where the current turn's messages begin in `messages` (its context and user message). */
+  turnStart: Schema.Int,
   settings: Schema.NullOr(TurnSettings),
   /** Model calls made in the current turn. */
   llmCallSeq: Schema.Int,
@@ -122,6 +124,7 @@ export const initialConversation = (conversationId: string): ConversationState =
   status: "ready",
   turnSeq: 0,
   turnId: "",
+  turnStart: 0,
   settings: null,
   llmCallSeq: 0,
   activeCallId: null,
@@ -250,6 +253,7 @@ const onStart = (
     ...closed,
     turnSeq,
     turnId: turnIdOf(closed.conversationId, turnSeq),
+    turnStart: closed.messages.length,
     settings,
     llmCallSeq: 0
   }
