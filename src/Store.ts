@@ -1,0 +1,36 @@
+/**
+ * The durable journal of conversations: the committed `ConversationState` of each one, its
+ * append-only history, the inputs already applied (with what they answered), the model calls
+ * with their exact requests, and the client operations, so that a restarted process loses
+ * nothing committed and does nothing twice silently.
+ *
+ * Every change to a conversation is one `commitInput`: a compare-and-swap on its version, in
+ * one transaction with the new messages, the input record and the calls it plans. The runner
+ * commits before it acts (the call is saved before the stream opens, the operation before it
+ * is sent). The records, errors and service shape are in `store/Model.ts`; the SQL in
+ * `store/SqlStore.ts`; the SQLite connection and schema in `store/Sqlite.ts` and
+ * `store/migrations.ts`.
+ */
+import type { SqlClient } from "@effect/sql"
+import { Context, Layer } from "effect"
+import type { StoreError, StoreService } from "./store/Model.js"
+import * as Sqlite from "./store/Sqlite.js"
+import { make } from "./store/SqlStore.js"
+
+export * from "./store/Model.js"
+export type { SqliteOptions } from "./store/Sqlite.js"
+
+export class Store extends Context.Tag("cursor-byok/Store")<Store, StoreService>() {}
+
+/** The Store on a `SqlClient` already provided (its database migrated, see `layerSqliteClient`). */
+export const layerSql: Layer.Layer<Store, never, SqlClient.SqlClient> = Layer.effect(Store, make)
+
+/** The Store on a SQLite file: creates its directory, sets WAL and the PRAGMAs, runs the migrations. */
+export const layerSqlite = (options: Sqlite.SqliteOptions): Layer.Layer<Store, StoreError> =>
+  layerSql.pipe(Layer.provide(Sqlite.layerClient(options)))
+
+/** A migrated SQLite connection, for callers (tests, tools) that need SQL beside the Store. */
+export const layerSqliteClient = Sqlite.layerClient
+
+/** A private in-memory database per build: for tests. */
+export const layerMemory: Layer.Layer<Store, StoreError> = layerSqlite({ filename: ":memory:" })

@@ -1,0 +1,280 @@
+/**
+ * The Store's contract without its implementation: the records it keeps, the errors it
+ * reports, and the shape of the service. `src/Store.ts` re-exports all of it beside the
+ * service tag and its layers; `src/store/Sqlite.ts` implements it on SQLite. Nothing here
+ * names a SQL dialect, so a PostgreSQL implementation can satisfy the same shape.
+ */
+import { Schema } from "effect"
+import type { Effect, Option } from "effect"
+import { RequestMessages, Usage } from "../Llm.js"
+import type { ConversationState } from "../Loop.js"
+
+// =============================================================================
+// Records
+// =============================================================================
+
+export const LlmCallStatus = Schema.Literal("planned", "streaming", "committed", "failed", "canceled")
+export type LlmCallStatus = typeof LlmCallStatus.Type
+
+export const OperationStatus = Schema.Literal("planned", "sent", "completed", "canceled")
+export type OperationStatus = typeof OperationStatus.Type
+
+/** A model call saved before its stream opens: the exact request, and the hashes that pin it. */
+export interface PlannedLlmCall {
+  readonly callId: string
+  readonly conversationId: string
+  readonly turnId: string
+  readonly model: string
+  /** Stored as references: its system prompt and tools by content hash, its messages as a prefix of the history. */
+  readonly request: RequestMessages
+  /** `Llm.messagesHash(request.messages)`. */
+  readonly messagesHash: string
+  /** `Llm.requestHash(model, request, messagesHash, request.messages.length)`. */
+  readonly requestHash: string
+}
+
+/** A saved model call, without its request (see `loadLlmCall` for the request). */
+export const LlmCallRecord = Schema.Struct({
+  callId: Schema.String,
+  conversationId: Schema.String,
+  turnId: Schema.String,
+  model: Schema.String,
+  status: LlmCallStatus,
+  messageCount: Schema.Int,
+  messagesHash: Schema.String,
+  requestHash: Schema.String,
+  assistantHash: Schema.NullOr(Schema.String),
+  usage: Schema.NullOr(Usage),
+  error: Schema.NullOr(Schema.String)
+})
+export type LlmCallRecord = typeof LlmCallRecord.Type
+
+/** A saved model call with its exact request rebuilt from the stored references. */
+export interface LoadedLlmCall extends LlmCallRecord {
+  readonly request: RequestMessages
+}
+
+export interface LlmCallDetails {
+  readonly assistantHash?: string
+  readonly usage?: Usage
+  readonly error?: string
+}
+
+/** A status change for a model call, applied inside a commit (e.g. `committed` with the Done message's hash). */
+export interface LlmCallUpdate extends LlmCallDetails {
+  readonly callId: string
+  readonly status: LlmCallStatus
+}
+
+/** A client operation saved before it is sent: one tool call of one assistant message. */
+export interface PlannedOperation {
+  readonly operationId: string
+  readonly conversationId: string
+  readonly turnId: string
+  readonly toolCallId: string
+  readonly toolIndex: number
+  /** The tool's kind (`read`, `shell`, `write`, `mcp`...), for recovery decisions. */
+  readonly kind: string
+  /** Whether re-sending it after a crash is harmless (reads) or not (shell, write, delete, MCP). */
+  readonly idempotent: boolean
+  /** What is sent to the client, as JSON. */
+  readonly request: unknown
+}
+
+export const OperationRecord = Schema.Struct({
+  operationId: Schema.String,
+  conversationId: Schema.String,
+  turnId: Schema.String,
+  toolCallId: Schema.String,
+  toolIndex: Schema.Int,
+  kind: Schema.String,
+  idempotent: Schema.Boolean,
+  status: OperationStatus,
+  request: Schema.Unknown,
+  /** `null` until completed. */
+  result: Schema.Unknown
+})
+export type OperationRecord = typeof OperationRecord.Type
+
+/** One applied input: the state it produced, what the caller should answer a duplicate with, and what to do next. */
+export interface CommitInput {
+  readonly conversationId: string
+  /** Stable across retries (`requestId + appendSeqno`); applied once per conversation. */
+  readonly inputId: string
+  /** The version the caller loaded; 0 for a conversation that does not exist yet. */
+  readonly expectedVersion: number
+  readonly next: ConversationState
+  /** Returned, as JSON, to a duplicate of this input. */
+  readonly result: unknown
+  /** Saved with status `planned` in the same transaction: commit before acting. */
+  readonly llmCall?: PlannedLlmCall
+  readonly clientOperations?: ReadonlyArray<PlannedOperation>
+  /** A status change of an earlier model call made atomic with this commit (a Done's message and `committed`). */
+  readonly llmCallUpdate?: LlmCallUpdate
+  /** An operation completed atomically with this commit (the ToolResult input that carries its result). */
+  readonly operationCompletion?: { readonly operationId: string; readonly result: unknown }
+}
+
+export interface LoadedConversation {
+  readonly state: ConversationState
+  readonly version: number
+}
+
+export interface InputCommit {
+  readonly version: number
+  readonly result: unknown
+}
+
+export interface InFlight {
+  /** Model calls still `planned` or `streaming`: re-issue each with its exact saved request. */
+  readonly llmCalls: ReadonlyArray<LlmCallRecord>
+  /** Operations still `planned` or `sent`: re-send the idempotent ones, answer the others as interrupted. */
+  readonly operations: ReadonlyArray<OperationRecord>
+}
+
+// =============================================================================
+// Errors
+// =============================================================================
+
+/** The database failed (I/O, lock timeout, constraint the store did not expect). */
+export class StoreError extends Schema.TaggedError<StoreError>("cursor-byok/Store/StoreError")("StoreError", {
+  operation: Schema.String,
+  message: Schema.String,
+  cause: Schema.optional(Schema.Defect)
+}) {}
+
+/** Another writer committed first: reload and re-apply the input. Nothing of this commit was stored. */
+export class VersionConflict extends Schema.TaggedError<VersionConflict>("cursor-byok/Store/VersionConflict")(
+  "VersionConflict",
+  {
+    conversationId: Schema.String,
+    expectedVersion: Schema.Int,
+    /** The stored version, or null when the conversation does not exist. */
+    actualVersion: Schema.NullOr(Schema.Int)
+  }
+) {
+  override get message(): string {
+    return `Conversation ${this.conversationId}: expected version ${this.expectedVersion}, found ${this.actualVersion ?? "none"}`
+  }
+}
+
+/**
+ * The input was applied before. Nothing changed; `version` and `result` are what the first
+ * application recorded, so the caller answers the duplicate exactly as it answered the original.
+ */
+export class DuplicateInput extends Schema.TaggedError<DuplicateInput>("cursor-byok/Store/DuplicateInput")(
+  "DuplicateInput",
+  {
+    conversationId: Schema.String,
+    inputId: Schema.String,
+    version: Schema.Int,
+    result: Schema.Unknown
+  }
+) {}
+
+/** The next state does not extend the stored history: messages were dropped or an old one changed. */
+export class HistoryRewritten extends Schema.TaggedError<HistoryRewritten>("cursor-byok/Store/HistoryRewritten")(
+  "HistoryRewritten",
+  {
+    conversationId: Schema.String,
+    storedCount: Schema.Int,
+    nextCount: Schema.Int,
+    reason: Schema.String
+  }
+) {
+  override get message(): string {
+    return `Conversation ${this.conversationId}: history is append-only (${this.storedCount} stored, ${this.nextCount} given): ${this.reason}`
+  }
+}
+
+/** A commit whose parts disagree with each other (ids of another conversation, a call whose hashes do not match its request). */
+export class InvalidCommit extends Schema.TaggedError<InvalidCommit>("cursor-byok/Store/InvalidCommit")("InvalidCommit", {
+  conversationId: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `Conversation ${this.conversationId}: invalid commit: ${this.reason}`
+  }
+}
+
+/** A stored row that cannot be read back as it was written: bad JSON, a schema failure, a hash that does not match. */
+export class CorruptRow extends Schema.TaggedError<CorruptRow>("cursor-byok/Store/CorruptRow")("CorruptRow", {
+  conversationId: Schema.String,
+  table: Schema.String,
+  /** The message's position, for rows of `messages`. */
+  seq: Schema.NullOr(Schema.Int),
+  /** The row's key in other tables (call id, operation id, input id, part hash). */
+  key: Schema.NullOr(Schema.String),
+  reason: Schema.String
+}) {
+  override get message(): string {
+    const where = this.seq !== null ? ` seq ${this.seq}` : this.key !== null ? ` ${this.key}` : ""
+    return `Corrupt row in ${this.table} of conversation ${this.conversationId}${where}: ${this.reason}`
+  }
+}
+
+/** A saved model call whose request, rebuilt from its references, no longer hashes to its `request_hash`. */
+export class RequestHashMismatch extends Schema.TaggedError<RequestHashMismatch>(
+  "cursor-byok/Store/RequestHashMismatch"
+)("RequestHashMismatch", {
+  callId: Schema.String,
+  conversationId: Schema.String,
+  expected: Schema.String,
+  actual: Schema.String
+}) {}
+
+/** A model call or client operation id that was never saved. */
+export class NotFound extends Schema.TaggedError<NotFound>("cursor-byok/Store/NotFound")("NotFound", {
+  entity: Schema.Literal("llmCall", "operation"),
+  id: Schema.String
+}) {}
+
+export type CommitError = VersionConflict | DuplicateInput | HistoryRewritten | InvalidCommit | StoreError
+
+// =============================================================================
+// The service's shape
+// =============================================================================
+
+export interface StoreService {
+  /** The committed state and its version; the history is decoded and checked against its hashes. */
+  readonly load: (conversationId: string) => Effect.Effect<Option.Option<LoadedConversation>, CorruptRow | StoreError>
+  /** The recorded outcome of an input already applied to this conversation. */
+  readonly findInputCommit: (
+    conversationId: string,
+    inputId: string
+  ) => Effect.Effect<Option.Option<InputCommit>, CorruptRow | StoreError>
+  /**
+   * Applies one input in one transaction and returns the new version: compare-and-swap on the
+   * version, append the new messages, record the input and its result, save the planned model
+   * call and client operations. A duplicate input fails with `DuplicateInput` carrying the
+   * recorded result; a stale version fails with `VersionConflict`; in both cases nothing is written.
+   */
+  readonly commitInput: (input: CommitInput) => Effect.Effect<number, CommitError>
+  /** Saves a planned model call outside a commit (its conversation must exist and hold its messages). */
+  readonly saveLlmCall: (call: PlannedLlmCall) => Effect.Effect<void, InvalidCommit | StoreError>
+  readonly markLlmCall: (
+    callId: string,
+    status: LlmCallStatus,
+    details?: LlmCallDetails
+  ) => Effect.Effect<void, NotFound | StoreError>
+  /** The call with its exact request, rebuilt from the stored references and verified against `request_hash`. */
+  readonly loadLlmCall: (
+    callId: string
+  ) => Effect.Effect<Option.Option<LoadedLlmCall>, CorruptRow | RequestHashMismatch | StoreError>
+  /** Saves planned operations outside a commit; an operation id saved before keeps its first record. */
+  readonly saveOperations: (operations: ReadonlyArray<PlannedOperation>) => Effect.Effect<void, StoreError>
+  /** planned -> sent; any other status is left as it is. Returns the record after the call. */
+  readonly markOperationSent: (operationId: string) => Effect.Effect<OperationRecord, NotFound | CorruptRow | StoreError>
+  /** planned/sent -> completed with its result; a completed or canceled operation keeps its record (first outcome wins). */
+  readonly completeOperation: (
+    operationId: string,
+    result: unknown
+  ) => Effect.Effect<OperationRecord, NotFound | CorruptRow | StoreError>
+  /** planned/sent -> canceled; a completed operation stays completed. */
+  readonly cancelOperation: (operationId: string) => Effect.Effect<OperationRecord, NotFound | CorruptRow | StoreError>
+  readonly loadOperation: (operationId: string) => Effect.Effect<Option.Option<OperationRecord>, CorruptRow | StoreError>
+  /** What a restarted process must resume: model calls planned/streaming, operations planned/sent. */
+  readonly listInFlight: () => Effect.Effect<InFlight, CorruptRow | StoreError>
+  /** Appends one stream event to the optional diagnostics log (never read back into history). */
+  readonly appendDiagnostic: (callId: string, eventIndex: number, event: unknown) => Effect.Effect<void, StoreError>
+}

@@ -1,0 +1,53 @@
+/**
+ * The SQLite connection the Store runs on: one better-sqlite3 connection (through
+ * `@effect/sql-sqlite-node`), the parent directory created, the PRAGMAs set, and the
+ * migrations applied before anything else may use it.
+ *
+ * Everything SQLite-specific sits here and in `migrations.ts`; `SqlStore.ts` only needs a
+ * `SqlClient` whose database has the Store's tables.
+ */
+import * as Reactivity from "@effect/experimental/Reactivity"
+import { FileSystem, Path } from "@effect/platform"
+import { NodeContext } from "@effect/platform-node"
+import { SqlClient } from "@effect/sql"
+import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-node"
+import { Context, Effect, Layer } from "effect"
+import { StoreError } from "./Model.js"
+import { migrations } from "./migrations.js"
+
+export interface SqliteOptions {
+  /** A file path (its directory is created), or `:memory:` for a private database that dies with the layer. */
+  readonly filename: string
+  /** How long a writer waits for another process's lock before failing (ms). */
+  readonly busyTimeoutMs?: number
+}
+
+const fail = (operation: string) => (cause: { readonly message: string }) =>
+  new StoreError({ operation, message: cause.message, cause })
+
+/** A migrated SQLite database as both `SqliteClient` and the generic `SqlClient`. */
+export const layerClient = (
+  options: SqliteOptions
+): Layer.Layer<SqliteClient.SqliteClient | SqlClient.SqlClient, StoreError> =>
+  Layer.scopedContext(
+    Effect.gen(function*() {
+      if (options.filename !== ":memory:") {
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        yield* fs.makeDirectory(path.dirname(path.resolve(options.filename)), { recursive: true }).pipe(
+          Effect.mapError(fail("open"))
+        )
+      }
+      const client = yield* SqliteClient.make({ filename: options.filename }).pipe(Effect.mapError(fail("open")))
+      const context = Context.make(SqliteClient.SqliteClient, client).pipe(Context.add(SqlClient.SqlClient, client))
+      // WAL is set by the client for files; NORMAL is durable in WAL mode except for the last commits on power loss.
+      yield* client.unsafe("PRAGMA synchronous = NORMAL")
+      yield* client.unsafe(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`)
+      yield* client.unsafe("PRAGMA foreign_keys = ON")
+      yield* SqliteMigrator.run({ loader: SqliteMigrator.fromRecord(migrations) }).pipe(
+        Effect.provide(context),
+        Effect.mapError(fail("migrate"))
+      )
+      return context
+    }).pipe(Effect.catchTag("SqlError", (error) => Effect.fail(fail("open")(error))))
+  ).pipe(Layer.provide(Layer.merge(Reactivity.layer, NodeContext.layer)))

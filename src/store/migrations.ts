@@ -1,0 +1,105 @@
+/**
+ * The SQLite schema, as migrations for the Effect SQL migrator (`SqliteMigrator.fromRecord`).
+ * A migration, once released, is never edited: a change is a new entry.
+ *
+ * History is a table of rows appended one per message, never rewritten (triggers refuse
+ * UPDATE and DELETE), so that a commit writes only its new messages. A model call keeps its
+ * exact request as references: the content-addressed system prompt and tool list in
+ * `request_parts`, and the length and hash of the history prefix it was sent with.
+ */
+import { Effect } from "effect"
+import { SqlClient } from "@effect/sql"
+
+const init = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE conversations (
+      conversation_id TEXT PRIMARY KEY NOT NULL,
+      version INTEGER NOT NULL,
+      status TEXT NOT NULL,
+      turn_id TEXT NOT NULL,
+      message_count INTEGER NOT NULL,
+      messages_hash TEXT NOT NULL,
+      waiting_json TEXT,
+      state_json TEXT NOT NULL,
+      updated_at_ms INTEGER NOT NULL
+    )`
+  yield* sql`
+    CREATE TABLE messages (
+      conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
+      seq INTEGER NOT NULL,
+      message_json TEXT NOT NULL,
+      hash TEXT NOT NULL,
+      PRIMARY KEY (conversation_id, seq)
+    )`
+  yield* sql`
+    CREATE TRIGGER messages_no_update BEFORE UPDATE ON messages
+    BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END`
+  yield* sql`
+    CREATE TRIGGER messages_no_delete BEFORE DELETE ON messages
+    BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END`
+  yield* sql`
+    CREATE TABLE input_commits (
+      conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
+      input_id TEXT NOT NULL,
+      committed_version INTEGER NOT NULL,
+      result_json TEXT NOT NULL,
+      committed_at_ms INTEGER NOT NULL,
+      PRIMARY KEY (conversation_id, input_id)
+    )`
+  yield* sql`
+    CREATE TABLE request_parts (
+      hash TEXT PRIMARY KEY NOT NULL,
+      body TEXT NOT NULL
+    )`
+  yield* sql`
+    CREATE TABLE llm_calls (
+      call_id TEXT PRIMARY KEY NOT NULL,
+      conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
+      turn_id TEXT NOT NULL,
+      model TEXT NOT NULL,
+      system_prompt_hash TEXT NOT NULL REFERENCES request_parts (hash),
+      tools_hash TEXT NOT NULL REFERENCES request_parts (hash),
+      message_count INTEGER NOT NULL,
+      messages_hash TEXT NOT NULL,
+      request_hash TEXT NOT NULL,
+      status TEXT NOT NULL,
+      assistant_hash TEXT,
+      usage_json TEXT,
+      error TEXT,
+      created_at_ms INTEGER NOT NULL,
+      updated_at_ms INTEGER NOT NULL
+    )`
+  // Recovery scans only what is unfinished; partial indexes keep that scan small as calls accumulate.
+  yield* sql`CREATE INDEX llm_calls_in_flight ON llm_calls (status) WHERE status IN ('planned', 'streaming')`
+  yield* sql`CREATE INDEX llm_calls_conversation ON llm_calls (conversation_id)`
+  yield* sql`
+    CREATE TABLE client_operations (
+      operation_id TEXT PRIMARY KEY NOT NULL,
+      conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
+      turn_id TEXT NOT NULL,
+      tool_call_id TEXT NOT NULL,
+      tool_index INTEGER NOT NULL,
+      kind TEXT NOT NULL,
+      idempotent INTEGER NOT NULL,
+      request_json TEXT NOT NULL,
+      result_json TEXT,
+      status TEXT NOT NULL,
+      created_at_ms INTEGER NOT NULL,
+      updated_at_ms INTEGER NOT NULL
+    )`
+  yield* sql`CREATE INDEX client_operations_in_flight ON client_operations (status) WHERE status IN ('planned', 'sent')`
+  yield* sql`CREATE INDEX client_operations_conversation ON client_operations (conversation_id)`
+  yield* sql`
+    CREATE TABLE stream_diagnostics (
+      call_id TEXT NOT NULL,
+      event_index INTEGER NOT NULL,
+      event_json TEXT NOT NULL,
+      PRIMARY KEY (call_id, event_index)
+    )`
+})
+
+/** Keyed `<id>_<name>` as the migrator expects; applied in id order, each once. */
+export const migrations = {
+  "0001_init": init
+}

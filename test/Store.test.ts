@@ -1,0 +1,566 @@
+import { NodeContext } from "@effect/platform-node"
+import { FileSystem, Path } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { assert, describe, it } from "@effect/vitest"
+import { Cause, Context, Effect, Exit, Layer, Option } from "effect"
+import { canonicalJson, messagesHash, requestHash, serializeMessage } from "../src/Llm.js"
+import type { ConversationState } from "../src/Loop.js"
+import * as Store from "../src/Store.js"
+import { journey, plannedCall, user } from "./store/journey.js"
+import type { Step } from "./store/journey.js"
+
+/** The Store and the SQL beside it, on one connection (so tests can inspect and damage rows). */
+const withSql = (filename: string) => Store.layerSql.pipe(Layer.provideMerge(Store.layerSqliteClient({ filename })))
+const memory = withSql(":memory:")
+
+const tempDatabase = Effect.gen(function*() {
+  const fs = yield* FileSystem.FileSystem
+  const path = yield* Path.Path
+  const directory = yield* fs.makeTempDirectoryScoped({ prefix: "cursor-byok-store-" })
+  return path.join(directory, "nested", "dir", "store.db")
+})
+
+/** Commits steps in order from `version`; returns the last version. */
+const commitAll = (conversationId: string, steps: ReadonlyArray<Step>, version = 0) =>
+  Effect.gen(function*() {
+    const store = yield* Store.Store
+    for (const step of steps) {
+      version = yield* store.commitInput({ conversationId, expectedVersion: version, ...step })
+    }
+    return version
+  })
+
+const loadSome = (conversationId: string) =>
+  Effect.flatMap(Store.Store, (store) => store.load(conversationId)).pipe(Effect.map(Option.getOrThrow))
+
+/** A state that appends `text` as a user message to `state`. */
+const appendUser = (state: ConversationState, text: string): ConversationState => {
+  const messages = [...state.messages, user(text)]
+  return { ...state, messages, messagesHash: messagesHash(messages) }
+}
+
+const failure = <A, E>(exit: Exit.Exit<A, E>): E => {
+  if (Exit.isSuccess(exit)) throw new Error(`expected a failure, got ${JSON.stringify(exit.value)}`)
+  const error = Cause.failureOption(exit.cause)
+  if (Option.isNone(error)) throw new Error(`expected a typed failure, got ${Cause.pretty(exit.cause)}`)
+  return error.value
+}
+
+/** An error's own fields, for comparing with a plain object. */
+const fieldsOf = (error: object): Record<string, unknown> => ({ ...error })
+
+describe("Store", () => {
+  it.effect("a realistic conversation commits step by step and loads back equal", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const { final, steps } = journey("conv-a")
+      const version = yield* commitAll("conv-a", steps)
+      assert.strictEqual(version, steps.length)
+      const loaded = yield* loadSome("conv-a")
+      assert.strictEqual(loaded.version, steps.length)
+      assert.deepStrictEqual(loaded.state, final)
+      assert.isTrue(Option.isNone(yield* store.load("unknown")))
+    }).pipe(Effect.provide(memory)))
+
+  it.effect("two writers with the same expected version: exactly one wins, the loser's rows are absent", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const { steps } = journey("conv-race")
+      const first = steps[0]!
+      // A new conversation: both insert at version 0.
+      const racers = [
+        store.commitInput({ conversationId: "conv-race", expectedVersion: 0, ...first, inputId: "a" }),
+        store.commitInput({
+          conversationId: "conv-race",
+          expectedVersion: 0,
+          ...first,
+          inputId: "b",
+          next: appendUser(first.next, "from b")
+        })
+      ]
+      const exits = yield* Effect.all(racers.map(Effect.exit), { concurrency: "unbounded" })
+      assert.strictEqual(exits.filter(Exit.isSuccess).length, 1)
+      const loser = failure(exits.find(Exit.isFailure)!)
+      assert.strictEqual(loser._tag, "VersionConflict")
+
+      // An existing conversation: both load version 1 and commit different next states.
+      const loaded = yield* loadSome("conv-race")
+      const winnerIsA = Exit.isSuccess(exits[0]!)
+      const base = loaded.state
+      const nextA = appendUser(base, "A says")
+      const nextB = appendUser(appendUser(base, "B says"), "B again")
+      const callB = plannedCall(nextB, {
+        _tag: "CallLlm",
+        callId: "call-of-b",
+        model: "fake-model",
+        request: { systemPrompt: "p", messages: nextB.messages, tools: [] },
+        messagesHash: nextB.messagesHash
+      })
+      const second = yield* Effect.all([
+        Effect.exit(store.commitInput({ conversationId: "conv-race", inputId: "a2", expectedVersion: 1, next: nextA, result: "A" })),
+        Effect.exit(store.commitInput({
+          conversationId: "conv-race",
+          inputId: "b2",
+          expectedVersion: 1,
+          next: nextB,
+          result: "B",
+          llmCall: callB,
+          clientOperations: [{
+            operationId: "op-of-b",
+            conversationId: "conv-race",
+            turnId: nextB.turnId,
+            toolCallId: "t",
+            toolIndex: 0,
+            kind: "shell",
+            idempotent: false,
+            request: {}
+          }]
+        }))
+      ], { concurrency: "unbounded" })
+      assert.strictEqual(second.filter(Exit.isSuccess).length, 1)
+      const conflict = failure(second.find(Exit.isFailure)!)
+      assert.strictEqual(conflict._tag, "VersionConflict")
+      assert.deepStrictEqual(
+        fieldsOf(conflict),
+        { _tag: "VersionConflict", conversationId: "conv-race", expectedVersion: 1, actualVersion: 2 }
+      )
+      const after = yield* loadSome("conv-race")
+      assert.strictEqual(after.version, 2)
+      const aWon = Exit.isSuccess(second[0]!)
+      assert.deepStrictEqual(after.state, aWon ? nextA : nextB)
+      // The loser left nothing: no input record, no message, no call, no operation.
+      assert.isTrue(Option.isNone(yield* store.findInputCommit("conv-race", aWon ? "b2" : "a2")))
+      assert.isTrue(Option.isNone(yield* store.findInputCommit("conv-race", winnerIsA ? "b" : "a")))
+      if (aWon) {
+        assert.isTrue(Option.isNone(yield* store.loadLlmCall("call-of-b")))
+        assert.isTrue(Option.isNone(yield* store.loadOperation("op-of-b")))
+      }
+      const sql = yield* SqlClient.SqlClient
+      const counted = yield* sql<{ n: number }>`SELECT count(*) AS n FROM messages WHERE conversation_id = 'conv-race'`
+      assert.strictEqual(counted[0]!.n, after.state.messages.length)
+    }).pipe(Effect.provide(memory)))
+
+  it.scoped("two connections to one file: the writer with a stale version gets VersionConflict and writes nothing", () =>
+    Effect.gen(function*() {
+      const filename = yield* tempDatabase
+      const contextA = yield* Layer.build(withSql(filename))
+      const contextB = yield* Layer.build(withSql(filename))
+      const storeA = Context.get(contextA, Store.Store)
+      const storeB = Context.get(contextB, Store.Store)
+      const { steps } = journey("conv-two")
+      yield* commitAll("conv-two", steps.slice(0, 1)).pipe(Effect.provide(contextA))
+      // Both processes read version 1.
+      const seenA = Option.getOrThrow(yield* storeA.load("conv-two"))
+      const seenB = Option.getOrThrow(yield* storeB.load("conv-two"))
+      assert.strictEqual(seenA.version, 1)
+      assert.strictEqual(seenB.version, 1)
+      yield* storeA.commitInput({
+        conversationId: "conv-two",
+        inputId: "x",
+        expectedVersion: 1,
+        next: appendUser(seenA.state, "A"),
+        result: 1
+      })
+      const exit = yield* Effect.exit(storeB.commitInput({
+        conversationId: "conv-two",
+        inputId: "y",
+        expectedVersion: 1,
+        next: appendUser(appendUser(seenB.state, "B"), "B"),
+        result: 2
+      }))
+      assert.strictEqual(failure(exit)._tag, "VersionConflict")
+      const fromB = Option.getOrThrow(yield* storeB.load("conv-two"))
+      assert.strictEqual(fromB.version, 2)
+      assert.deepStrictEqual(fromB.state, appendUser(seenA.state, "A"))
+      assert.isTrue(Option.isNone(yield* storeB.findInputCommit("conv-two", "y")))
+    }).pipe(Effect.provide(NodeContext.layer)))
+
+  it.effect("a duplicate input id returns the recorded result and changes nothing", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const { steps } = journey("conv-dup")
+      const version = yield* commitAll("conv-dup", steps.slice(0, 2))
+      const before = yield* loadSome("conv-dup")
+      const recorded = Option.getOrThrow(yield* store.findInputCommit("conv-dup", steps[1]!.inputId))
+      assert.deepStrictEqual(recorded, { version: 2, result: steps[1]!.result })
+
+      // Replayed with the version it was first applied at (stale now) and with the current one.
+      for (const expectedVersion of [1, version]) {
+        const exit = yield* Effect.exit(store.commitInput({
+          conversationId: "conv-dup",
+          expectedVersion,
+          ...steps[1]!,
+          next: appendUser(before.state, "must not be stored")
+        }))
+        const error = failure(exit)
+        assert.strictEqual(error._tag, "DuplicateInput")
+        if (error._tag === "DuplicateInput") {
+          assert.strictEqual(error.version, 2)
+          assert.deepStrictEqual(error.result, steps[1]!.result)
+        }
+      }
+      assert.deepStrictEqual(yield* loadSome("conv-dup"), before)
+      // The same input id in another conversation is another input.
+      const other = journey("conv-dup-2").steps[0]!
+      yield* store.commitInput({ conversationId: "conv-dup-2", expectedVersion: 0, ...other, inputId: steps[1]!.inputId })
+    }).pipe(Effect.provide(memory)))
+
+  it.scoped("save, close, reopen: the same state, the same bytes of every message, the same messagesHash", () =>
+    Effect.gen(function*() {
+      const filename = yield* tempDatabase
+      const { final, steps } = journey("conv-file")
+      yield* commitAll("conv-file", steps).pipe(Effect.provide(Store.layerSqlite({ filename })))
+      const fs = yield* FileSystem.FileSystem
+      assert.isTrue(yield* fs.exists(filename))
+
+      const reopened = yield* Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const pragmas = {
+          journal: (yield* sql<{ journal_mode: string }>`PRAGMA journal_mode`)[0]!.journal_mode,
+          foreignKeys: (yield* sql<{ foreign_keys: number }>`PRAGMA foreign_keys`)[0]!.foreign_keys,
+          synchronous: (yield* sql<{ synchronous: number }>`PRAGMA synchronous`)[0]!.synchronous
+        }
+        const migrations = yield* sql<{ migration_id: number }>`SELECT migration_id FROM effect_sql_migrations`
+        const rows = yield* sql<{ message_json: string }>`
+          SELECT message_json FROM messages WHERE conversation_id = 'conv-file' ORDER BY seq`
+        return { loaded: yield* loadSome("conv-file"), pragmas, migrations, rows }
+      }).pipe(Effect.provide(withSql(filename)))
+
+      assert.deepStrictEqual(reopened.pragmas, { journal: "wal", foreignKeys: 1, synchronous: 1 })
+      assert.deepStrictEqual(reopened.migrations.map((m) => m.migration_id), [1])
+      const { state, version } = reopened.loaded
+      assert.strictEqual(version, steps.length)
+      assert.deepStrictEqual(state, final)
+      assert.strictEqual(state.messages.length, final.messages.length)
+      state.messages.forEach((message, seq) => {
+        assert.strictEqual(serializeMessage(message), serializeMessage(final.messages[seq]!))
+        assert.strictEqual(reopened.rows[seq]!.message_json, serializeMessage(final.messages[seq]!))
+      })
+      assert.strictEqual(state.messagesHash, final.messagesHash)
+      assert.strictEqual(messagesHash(state.messages), final.messagesHash)
+    }).pipe(Effect.provide(NodeContext.layer)))
+
+  it.effect("the exact request of a saved model call is rebuilt byte for byte from its references", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const { steps } = journey("conv-req")
+      yield* commitAll("conv-req", steps)
+      const calls = steps.flatMap((step) => step.llmCall === undefined ? [] : [step.llmCall])
+      assert.strictEqual(calls.length, 3)
+      for (const call of calls) {
+        // Every call but the last was made on a prefix of the history now stored.
+        const loaded = Option.getOrThrow(yield* store.loadLlmCall(call.callId))
+        assert.strictEqual(canonicalJson(loaded.request), canonicalJson(call.request))
+        assert.strictEqual(loaded.request.systemPrompt, call.request.systemPrompt)
+        assert.deepStrictEqual(loaded.request.messages.map(serializeMessage), call.request.messages.map(serializeMessage))
+        const rebuilt = requestHash(loaded.model, loaded.request, messagesHash(loaded.request.messages), loaded.messageCount)
+        assert.strictEqual(rebuilt, call.requestHash)
+        assert.strictEqual(loaded.requestHash, call.requestHash)
+        assert.strictEqual(loaded.messageCount, call.request.messages.length)
+        assert.strictEqual(loaded.status, "committed")
+      }
+      // The prompt and tool list are stored once however many calls use them.
+      const sql = yield* SqlClient.SqlClient
+      const parts = yield* sql<{ n: number }>`SELECT count(*) AS n FROM request_parts`
+      assert.strictEqual(parts[0]!.n, 1 + new Set(calls.map((c) => c.request.systemPrompt)).size)
+      assert.isTrue(Option.isNone(yield* store.loadLlmCall("no-such-call")))
+    }).pipe(Effect.provide(memory)))
+
+  it.effect("a call whose hashes do not match its request is refused before anything is written", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const { steps } = journey("conv-badcall")
+      const first = steps[0]!
+      const exit = yield* Effect.exit(store.commitInput({
+        conversationId: "conv-badcall",
+        expectedVersion: 0,
+        ...first,
+        llmCall: { ...first.llmCall!, requestHash: "0".repeat(64) }
+      }))
+      assert.strictEqual(failure(exit)._tag, "InvalidCommit")
+      assert.isTrue(Option.isNone(yield* store.load("conv-badcall")))
+    }).pipe(Effect.provide(memory)))
+
+  describe("bad data is a typed error naming the conversation and seq", () => {
+    const damaged = (damage: (sql: SqlClient.SqlClient) => Effect.Effect<unknown, unknown>) =>
+      Effect.gen(function*() {
+        const store = yield* Store.Store
+        const sql = yield* SqlClient.SqlClient
+        yield* commitAll("conv-bad", journey("conv-bad").steps)
+        // Damage from outside the store: the triggers that guard history have to go first.
+        yield* sql`DROP TRIGGER messages_no_update`
+        yield* damage(sql).pipe(Effect.orDie)
+        return yield* Effect.exit(store.load("conv-bad"))
+      }).pipe(Effect.provide(memory))
+
+    const expectCorrupt = (exit: Exit.Exit<unknown, unknown>, expected: { table: string; seq: number | null }) => {
+      const error = failure(exit) as Store.CorruptRow
+      assert.strictEqual(error._tag, "CorruptRow")
+      assert.strictEqual(error.conversationId, "conv-bad")
+      assert.strictEqual(error.table, expected.table)
+      assert.strictEqual(error.seq, expected.seq)
+      assert.include(error.message, "conv-bad")
+      return error
+    }
+
+    it.effect("a message that is not JSON", () =>
+      Effect.gen(function*() {
+        const exit = yield* damaged((sql) => sql`UPDATE messages SET message_json = '{"role":' WHERE seq = 2`)
+        assert.include(expectCorrupt(exit, { table: "messages", seq: 2 }).reason, "invalid JSON")
+      }))
+
+    it.effect("a message that fails schema decoding", () =>
+      Effect.gen(function*() {
+        const exit = yield* damaged((sql) =>
+          sql`UPDATE messages SET message_json = '{"role":"assistant","content":"not an array"}' WHERE seq = 1`
+        )
+        expectCorrupt(exit, { table: "messages", seq: 1 })
+      }))
+
+    it.effect("a message whose bytes no longer match its hash", () =>
+      Effect.gen(function*() {
+        const exit = yield* damaged((sql) =>
+          sql`UPDATE messages SET message_json = ${serializeMessage(user("tampered"))} WHERE seq = 0`
+        )
+        assert.include(expectCorrupt(exit, { table: "messages", seq: 0 }).reason, "hash")
+      }))
+
+    it.effect("a message that is not in canonical form", () =>
+      Effect.gen(function*() {
+        const exit = yield* damaged((sql) =>
+          sql`UPDATE messages SET message_json = '{"role":"user","content":[{"type":"text","text":"x"}],"extra":1}' WHERE seq = 0`
+        )
+        expectCorrupt(exit, { table: "messages", seq: 0 })
+      }))
+
+    it.effect("a missing message", () =>
+      Effect.gen(function*() {
+        const exit = yield* damaged((sql) =>
+          sql`DROP TRIGGER messages_no_delete`.pipe(Effect.zipRight(sql`DELETE FROM messages WHERE seq = 3`))
+        )
+        expectCorrupt(exit, { table: "messages", seq: 3 })
+      }))
+
+    it.effect("a conversation row with a bad state column", () =>
+      Effect.gen(function*() {
+        const exit = yield* damaged((sql) => sql`UPDATE conversations SET state_json = '{"turnSeq":"two"}'`)
+        expectCorrupt(exit, { table: "conversations", seq: null })
+      }))
+
+    it.effect("a history hash that does not match the rows", () =>
+      Effect.gen(function*() {
+        const exit = yield* damaged((sql) => sql`UPDATE conversations SET messages_hash = ${"f".repeat(64)}`)
+        expectCorrupt(exit, { table: "messages", seq: null })
+      }))
+
+    it.effect("a saved call whose tool list was damaged, or whose request hash is wrong", () =>
+      Effect.gen(function*() {
+        const store = yield* Store.Store
+        const sql = yield* SqlClient.SqlClient
+        const { steps } = journey("conv-bad")
+        yield* commitAll("conv-bad", steps)
+        const callId = steps[0]!.llmCall!.callId
+        yield* sql`UPDATE llm_calls SET request_hash = ${"a".repeat(64)} WHERE call_id = ${callId}`
+        const mismatch = failure(yield* Effect.exit(store.loadLlmCall(callId)))
+        assert.strictEqual(mismatch._tag, "RequestHashMismatch")
+        yield* sql`UPDATE request_parts SET body = '[{"name":1}]' WHERE body LIKE '[%'`
+        const corrupt = failure(yield* Effect.exit(store.loadLlmCall(callId)))
+        assert.strictEqual(corrupt._tag, "CorruptRow")
+      }).pipe(Effect.provide(memory)))
+  })
+
+  describe("history is append-only", () => {
+    it.effect("a next state with fewer messages is refused and nothing changes", () =>
+      Effect.gen(function*() {
+        const store = yield* Store.Store
+        const { steps } = journey("conv-ao")
+        const version = yield* commitAll("conv-ao", steps)
+        const before = yield* loadSome("conv-ao")
+        const shorter = before.state.messages.slice(0, -1)
+        const exit = yield* Effect.exit(store.commitInput({
+          conversationId: "conv-ao",
+          inputId: "shrink",
+          expectedVersion: version,
+          next: { ...before.state, messages: shorter, messagesHash: messagesHash(shorter) },
+          result: null
+        }))
+        const error = failure(exit)
+        assert.strictEqual(error._tag, "HistoryRewritten")
+        assert.deepStrictEqual(yield* loadSome("conv-ao"), before)
+        assert.isTrue(Option.isNone(yield* store.findInputCommit("conv-ao", "shrink")))
+      }).pipe(Effect.provide(memory)))
+
+    it.effect("a next state that changed an old message is refused, even with a recomputed hash", () =>
+      Effect.gen(function*() {
+        const store = yield* Store.Store
+        const { steps } = journey("conv-ao")
+        const version = yield* commitAll("conv-ao", steps)
+        const before = yield* loadSome("conv-ao")
+        const rewritten = [user("a different first message"), ...before.state.messages.slice(1), user("new")]
+        const exit = yield* Effect.exit(store.commitInput({
+          conversationId: "conv-ao",
+          inputId: "rewrite",
+          expectedVersion: version,
+          next: { ...before.state, messages: rewritten, messagesHash: messagesHash(rewritten) },
+          result: null
+        }))
+        assert.strictEqual(failure(exit)._tag, "HistoryRewritten")
+        assert.deepStrictEqual(yield* loadSome("conv-ao"), before)
+      }).pipe(Effect.provide(memory)))
+
+    it.effect("the database refuses to update or delete a stored message", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* commitAll("conv-ao", journey("conv-ao").steps)
+        const update = yield* Effect.exit(sql`UPDATE messages SET message_json = 'x' WHERE seq = 0`)
+        const remove = yield* Effect.exit(sql`DELETE FROM messages WHERE seq = 0`)
+        for (const exit of [update, remove]) {
+          const error = failure(exit)
+          assert.include(String((error.cause as Error).message), "append-only")
+        }
+        const loaded = yield* loadSome("conv-ao")
+        assert.strictEqual(loaded.state.messages.length, journey("conv-ao").final.messages.length)
+      }).pipe(Effect.provide(memory)))
+  })
+
+  it.effect("in-flight listing follows model calls and operations through their lifecycle", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const { steps } = journey("conv-fly")
+      const inFlight = () =>
+        Effect.map(store.listInFlight(), (f) => ({
+          calls: f.llmCalls.map((c) => `${c.callId}:${c.status}`),
+          operations: f.operations.map((o) => `${o.operationId}:${o.status}`)
+        }))
+      const callId = steps[0]!.llmCall!.callId
+      yield* commitAll("conv-fly", steps.slice(0, 1))
+      assert.deepStrictEqual(yield* inFlight(), { calls: [`${callId}:planned`], operations: [] })
+      yield* store.markLlmCall(callId, "streaming")
+      assert.deepStrictEqual(yield* inFlight(), { calls: [`${callId}:streaming`], operations: [] })
+
+      // The Done commit marks the call committed and plans the first tool call.
+      yield* commitAll("conv-fly", steps.slice(1, 2), 1)
+      const operation = steps[1]!.clientOperations![0]!
+      assert.deepStrictEqual(yield* inFlight(), { calls: [], operations: [`${operation.operationId}:planned`] })
+      const call = Option.getOrThrow(yield* store.loadLlmCall(callId))
+      assert.strictEqual(call.status, "committed")
+      assert.strictEqual(call.assistantHash, steps[1]!.llmCallUpdate!.assistantHash)
+      assert.deepStrictEqual(call.usage, steps[1]!.llmCallUpdate!.usage)
+
+      yield* store.markOperationSent(operation.operationId)
+      assert.deepStrictEqual(yield* inFlight(), { calls: [], operations: [`${operation.operationId}:sent`] })
+      // The tool result commit completes the operation and plans the next one.
+      yield* commitAll("conv-fly", steps.slice(2, 3), 2)
+      const completed = Option.getOrThrow(yield* store.loadOperation(operation.operationId))
+      assert.strictEqual(completed.status, "completed")
+      assert.deepStrictEqual(completed.result, steps[2]!.operationCompletion!.result)
+      const nextOperation = steps[2]!.clientOperations![0]!
+      assert.deepStrictEqual(yield* inFlight(), { calls: [], operations: [`${nextOperation.operationId}:planned`] })
+      assert.isFalse((yield* store.listInFlight()).operations[0]!.idempotent)
+    }).pipe(Effect.provide(memory)))
+
+  it.effect("operations: planned, sent, completed once; canceled stays canceled; unknown ids are NotFound", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const { steps } = journey("conv-ops")
+      yield* commitAll("conv-ops", steps.slice(0, 1))
+      const base = { conversationId: "conv-ops", turnId: "conv-ops/t1", kind: "read", idempotent: true }
+      yield* store.saveOperations([
+        { ...base, operationId: "op-1", toolCallId: "a", toolIndex: 0, request: { path: "é.ts", n: [1, 2] } },
+        { ...base, operationId: "op-2", toolCallId: "b", toolIndex: 1, request: null }
+      ])
+      // Saving again keeps the first record.
+      yield* store.saveOperations([{ ...base, operationId: "op-1", toolCallId: "z", toolIndex: 9, request: "other" }])
+      const planned = Option.getOrThrow(yield* store.loadOperation("op-1"))
+      assert.deepStrictEqual(planned, {
+        operationId: "op-1",
+        conversationId: "conv-ops",
+        turnId: "conv-ops/t1",
+        toolCallId: "a",
+        toolIndex: 0,
+        kind: "read",
+        idempotent: true,
+        status: "planned",
+        request: { path: "é.ts", n: [1, 2] },
+        result: null
+      })
+      assert.strictEqual((yield* store.markOperationSent("op-1")).status, "sent")
+      assert.strictEqual((yield* store.markOperationSent("op-1")).status, "sent")
+      const done = yield* store.completeOperation("op-1", { text: "first" })
+      assert.deepStrictEqual([done.status, done.result], ["completed", { text: "first" }])
+      // A late duplicate result and a cancel after completion change nothing.
+      const again = yield* store.completeOperation("op-1", { text: "second" })
+      assert.deepStrictEqual(again.result, { text: "first" })
+      assert.strictEqual((yield* store.cancelOperation("op-1")).status, "completed")
+      assert.strictEqual((yield* store.markOperationSent("op-1")).status, "completed")
+
+      assert.strictEqual((yield* store.cancelOperation("op-2")).status, "canceled")
+      const late = yield* store.completeOperation("op-2", "late")
+      assert.deepStrictEqual([late.status, late.result], ["canceled", null])
+
+      for (const attempt of [store.markOperationSent("nope"), store.completeOperation("nope", 1), store.cancelOperation("nope")]) {
+        const error = failure(yield* Effect.exit(attempt))
+        assert.deepStrictEqual(fieldsOf(error), { _tag: "NotFound", entity: "operation", id: "nope" })
+      }
+      const missingCall = failure(yield* Effect.exit(store.markLlmCall("nope", "failed", { error: "x" })))
+      assert.deepStrictEqual(fieldsOf(missingCall), { _tag: "NotFound", entity: "llmCall", id: "nope" })
+      assert.isTrue(Option.isNone(yield* store.loadOperation("nope")))
+    }).pipe(Effect.provide(memory)))
+
+  it.effect("markLlmCall records failure details and keeps earlier ones", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const { steps } = journey("conv-mark")
+      yield* commitAll("conv-mark", steps.slice(0, 1))
+      const callId = steps[0]!.llmCall!.callId
+      yield* store.markLlmCall(callId, "streaming", { usage: { input: 1, output: 2, cacheRead: 3, cacheWrite: 4, reasoning: 0 } })
+      yield* store.markLlmCall(callId, "failed", { error: "HTTP 500" })
+      const call = Option.getOrThrow(yield* store.loadLlmCall(callId))
+      assert.strictEqual(call.status, "failed")
+      assert.strictEqual(call.error, "HTTP 500")
+      assert.deepStrictEqual(call.usage, { input: 1, output: 2, cacheRead: 3, cacheWrite: 4, reasoning: 0 })
+      assert.isNull(call.assistantHash)
+    }).pipe(Effect.provide(memory)))
+
+  it.effect("saveLlmCall outside a commit: the same call saved twice is one call, another request under its id is refused", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const { steps } = journey("conv-save")
+      yield* commitAll("conv-save", steps.slice(0, 1))
+      const call = steps[0]!.llmCall!
+      yield* store.saveLlmCall(call)
+      const request = { ...call.request, systemPrompt: "another prompt" }
+      const other = {
+        ...call,
+        request,
+        requestHash: requestHash(call.model, request, call.messagesHash, request.messages.length)
+      }
+      assert.strictEqual(failure(yield* Effect.exit(store.saveLlmCall(other)))._tag, "InvalidCommit")
+      const elsewhere = { ...call, conversationId: "no-such-conversation" }
+      assert.strictEqual(failure(yield* Effect.exit(store.saveLlmCall(elsewhere)))._tag, "InvalidCommit")
+      const loaded = Option.getOrThrow(yield* store.loadLlmCall(call.callId))
+      assert.strictEqual(loaded.request.systemPrompt, call.request.systemPrompt)
+    }).pipe(Effect.provide(memory)))
+
+  it.effect("stream diagnostics append once per event index", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const sql = yield* SqlClient.SqlClient
+      yield* store.appendDiagnostic("c", 0, { _tag: "TextDelta", index: 0, delta: "a" })
+      yield* store.appendDiagnostic("c", 0, { _tag: "TextDelta", index: 0, delta: "b" })
+      yield* store.appendDiagnostic("c", 1, { _tag: "Done" })
+      const rows = yield* sql<{ event_json: string }>`SELECT event_json FROM stream_diagnostics ORDER BY event_index`
+      assert.deepStrictEqual(rows.map((r) => r.event_json), [
+        `{"_tag":"TextDelta","delta":"a","index":0}`,
+        `{"_tag":"Done"}`
+      ])
+    }).pipe(Effect.provide(memory)))
+
+  it.effect("a commit for another conversation's state is refused", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const step = journey("conv-x").steps[0]!
+      const exit = yield* Effect.exit(store.commitInput({ conversationId: "conv-y", expectedVersion: 0, ...step }))
+      assert.strictEqual(failure(exit)._tag, "InvalidCommit")
+    }).pipe(Effect.provide(memory)))
+})
