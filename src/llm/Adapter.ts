@@ -1,0 +1,55 @@
+/**
+ * The shape every wire adapter exposes to the router: how to build one call's request (URL,
+ * headers, deterministic body bytes, a fresh state machine) from the neutral request and the
+ * resolved provider/model settings. Kept apart from `Router.ts` so adapters never import it.
+ */
+import type { Redacted } from "effect"
+import { canonicalJson, type RequestMessages } from "../Llm.js"
+import type { Machine, StreamMeta } from "./Common.js"
+import type { ProviderRequest } from "./Http.js"
+
+/** The neutral reasoning knob; each adapter maps it to its own field. */
+export interface ThinkingSettings {
+  readonly effort?: "minimal" | "low" | "medium" | "high" | undefined
+  readonly budgetTokens?: number | undefined
+}
+
+/** Everything an adapter needs to know about one call's provider and model. */
+export interface CallSettings {
+  /** The provider configuration id (stamped on messages as `provider`). */
+  readonly provider: string
+  readonly baseUrl: string
+  readonly apiKey: Redacted.Redacted<string>
+  readonly headers: Readonly<Record<string, string>>
+  readonly extraBody: Readonly<Record<string, unknown>>
+  readonly compat: Readonly<Record<string, unknown>>
+  /** The upstream model id. */
+  readonly model: string
+  readonly maxOutputTokens: number | undefined
+  readonly thinking: ThinkingSettings | undefined
+}
+
+/** A request body split so that `head + history` of turn n is a byte prefix of turn n+1's body. */
+export interface BodyParts {
+  readonly head: string
+  readonly history: string
+  readonly tail: string
+}
+
+export const bodyOf = (parts: BodyParts): string => parts.head + parts.history + parts.tail
+
+export interface Adapter {
+  readonly api: string
+  readonly buildBody: (request: RequestMessages, settings: CallSettings) => BodyParts
+  readonly makeMachine: (meta: StreamMeta) => Machine
+  readonly prepare: (request: RequestMessages, settings: CallSettings) => ProviderRequest
+}
+
+/** `{...head fields...,"<key>":[` with the history array opened last, from canonical JSON. */
+export const openHead = (fields: Readonly<Record<string, unknown>>, arrayKey: string): string => {
+  const json = canonicalJson(fields)
+  return json.slice(0, -1) + (json.length > 2 ? "," : "") + JSON.stringify(arrayKey) + ":["
+}
+
+/** Joins a base URL and a path without doubling or losing the slash. */
+export const joinUrl = (baseUrl: string, path: string): string => baseUrl.replace(/\/+$/, "") + "/" + path.replace(/^\/+/, "")

@@ -1,0 +1,525 @@
+/**
+ * What the four adapters share: the state-machine interface, the message assembler that turns
+ * "block started / delta / ended" into indexed `ResponseEvent`s and the final message, typed
+ * error constructors and HTTP error classification, the prefix-stable body layout, and the
+ * cross-provider replay rules (llm-providers.md §1.6).
+ */
+import { Either, Schema } from "effect"
+import type { ParseResult } from "effect"
+import {
+  type AssistantContent,
+  type AssistantMessage,
+  type Message,
+  type ResponseEvent,
+  type StopReason,
+  type ToolCall,
+  type ToolResultMessage,
+  type Usage,
+  LlmError,
+  type LlmErrorReason,
+  emptyUsage
+} from "../Llm.js"
+import { sha256 } from "../internal/Sha256.js"
+import type { SseEvent } from "./Sse.js"
+
+// =============================================================================
+// State machine
+// =============================================================================
+
+/** Who the stream is for; stamped on the final message so replay can tell "same model" apart. */
+export interface StreamMeta {
+  readonly api: string
+  readonly provider: string
+  readonly model: string
+}
+
+/**
+ * A pure adapter state machine: SSE events in, `ResponseEvent`s out (appended to `out`). A
+ * returned `LlmError` ends the stream with that error. After `finished()` is true, input is ignored.
+ */
+export interface Machine {
+  readonly push: (event: SseEvent, out: Array<ResponseEvent>) => LlmError | undefined
+  /** End of input without a terminal event. */
+  readonly end: (out: Array<ResponseEvent>) => LlmError | undefined
+  readonly finished: () => boolean
+}
+
+export const llmError = (
+  reason: LlmErrorReason,
+  message: string,
+  options?: { readonly retryable?: boolean; readonly provider?: string; readonly status?: number; readonly retryAfterMs?: number | undefined }
+): LlmError =>
+  new LlmError({
+    reason,
+    message,
+    retryable: options?.retryable ?? false,
+    ...(options?.provider !== undefined ? { provider: options.provider } : {}),
+    ...(options?.status !== undefined ? { status: options.status } : {}),
+    ...(options?.retryAfterMs !== undefined ? { retryAfterMs: options.retryAfterMs } : {})
+  })
+
+export const malformed = (message: string): LlmError => llmError("malformedStream", message)
+
+/** Parses SSE `data` as JSON and decodes it with a lenient schema (unknown fields are ignored). */
+export const decodeJson = <A>(
+  decode: (u: unknown) => Either.Either<A, ParseResult.ParseError>,
+  data: string,
+  what: string
+): Either.Either<A, LlmError> => {
+  let json: unknown
+  try {
+    json = JSON.parse(data)
+  } catch {
+    return Either.left(malformed(`${what}: data is not valid JSON: ${data.slice(0, 200)}`))
+  }
+  return Either.mapLeft(decode(json), (error) => malformed(`${what}: unexpected shape: ${error.message.slice(0, 300)}`))
+}
+
+export const decoderFor = <A, I>(schema: Schema.Schema<A, I>) =>
+  Schema.decodeUnknownEither(schema, { onExcessProperty: "ignore" })
+
+// =============================================================================
+// Assembler
+// =============================================================================
+
+type OpenBlock =
+  | { kind: "text"; text: string; signature: string | undefined; open: boolean }
+  | { kind: "thinking"; text: string; signature: string | undefined; redacted: boolean; open: boolean }
+  | { kind: "toolCall"; id: string; name: string; args: string; extras: Record<string, unknown> | undefined; open: boolean }
+
+/**
+ * Builds the assistant message while emitting events. Each block's `index` is its position in
+ * the final `content`; nothing is shared by reference with emitted events.
+ */
+export class Assembler {
+  readonly blocks: Array<OpenBlock> = []
+  usage: Usage = emptyUsage
+  responseId: string | undefined
+  started = false
+
+  constructor(readonly meta: StreamMeta) {}
+
+  start(out: Array<ResponseEvent>, model?: string, responseId?: string): void {
+    if (this.started) return
+    this.started = true
+    if (responseId !== undefined) this.responseId = responseId
+    out.push({
+      _tag: "Start",
+      ...(model !== undefined ? { model } : {}),
+      ...(responseId !== undefined ? { responseId } : {})
+    })
+  }
+
+  startText(out: Array<ResponseEvent>, signature?: string): number {
+    const index = this.blocks.length
+    this.blocks.push({ kind: "text", text: "", signature, open: true })
+    out.push({ _tag: "TextStart", index })
+    return index
+  }
+
+  textDelta(out: Array<ResponseEvent>, index: number, delta: string): void {
+    const block = this.blocks[index]
+    if (block === undefined || block.kind !== "text" || delta.length === 0) return
+    block.text += delta
+    out.push({ _tag: "TextDelta", index, delta })
+  }
+
+  startThinking(out: Array<ResponseEvent>): number {
+    const index = this.blocks.length
+    this.blocks.push({ kind: "thinking", text: "", signature: undefined, redacted: false, open: true })
+    out.push({ _tag: "ThinkingStart", index })
+    return index
+  }
+
+  thinkingDelta(out: Array<ResponseEvent>, index: number, delta: string): void {
+    const block = this.blocks[index]
+    if (block === undefined || block.kind !== "thinking" || delta.length === 0) return
+    block.text += delta
+    out.push({ _tag: "ThinkingDelta", index, delta })
+  }
+
+  setSignature(index: number, signature: string): void {
+    const block = this.blocks[index]
+    if (block !== undefined && (block.kind === "thinking" || block.kind === "text")) block.signature = signature
+  }
+
+  setRedacted(index: number): void {
+    const block = this.blocks[index]
+    if (block !== undefined && block.kind === "thinking") block.redacted = true
+  }
+
+  startToolCall(out: Array<ResponseEvent>, id: string, name: string, extras?: Record<string, unknown>): number {
+    const index = this.blocks.length
+    this.blocks.push({ kind: "toolCall", id, name, args: "", extras, open: true })
+    out.push({ _tag: "ToolCallStart", index, id, name })
+    return index
+  }
+
+  toolCallDelta(out: Array<ResponseEvent>, index: number, delta: string): void {
+    const block = this.blocks[index]
+    if (block === undefined || block.kind !== "toolCall" || delta.length === 0) return
+    block.args += delta
+    out.push({ _tag: "ToolCallDelta", index, delta })
+  }
+
+  setToolExtras(index: number, extras: Record<string, unknown>): void {
+    const block = this.blocks[index]
+    if (block !== undefined && block.kind === "toolCall") block.extras = { ...block.extras, ...extras }
+  }
+
+  hasToolCalls(): boolean {
+    return this.blocks.some((block) => block.kind === "toolCall")
+  }
+
+  /** Ends one block; a tool call whose arguments are not a JSON object fails the stream. */
+  end(out: Array<ResponseEvent>, index: number): LlmError | undefined {
+    const block = this.blocks[index]
+    if (block === undefined || !block.open) return undefined
+    block.open = false
+    switch (block.kind) {
+      case "text":
+        out.push({ _tag: "TextEnd", index })
+        return undefined
+      case "thinking":
+        out.push({
+          _tag: "ThinkingEnd",
+          index,
+          ...(block.signature !== undefined ? { signature: block.signature } : {}),
+          ...(block.redacted ? { redacted: true } : {})
+        })
+        return undefined
+      case "toolCall": {
+        if (block.args.trim().length === 0) block.args = "{}"
+        let parsed: unknown
+        try {
+          parsed = JSON.parse(block.args)
+        } catch {
+          return malformed(`tool call ${block.name} (${block.id}) arguments are not valid JSON: ${block.args.slice(0, 200)}`)
+        }
+        if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+          return malformed(`tool call ${block.name} (${block.id}) arguments are not a JSON object`)
+        }
+        out.push({ _tag: "ToolCallEnd", index, toolCall: toolCallOf(block) })
+        return undefined
+      }
+    }
+  }
+
+  endAll(out: Array<ResponseEvent>): LlmError | undefined {
+    for (let index = 0; index < this.blocks.length; index++) {
+      const error = this.end(out, index)
+      if (error !== undefined) return error
+    }
+    return undefined
+  }
+
+  message(stopReason: StopReason): AssistantMessage {
+    const content: Array<AssistantContent> = []
+    for (const block of this.blocks) {
+      switch (block.kind) {
+        case "text":
+          content.push({ type: "text", text: block.text, ...(block.signature !== undefined ? { signature: block.signature } : {}) })
+          break
+        case "thinking":
+          content.push({
+            type: "thinking",
+            thinking: block.text,
+            ...(block.signature !== undefined ? { signature: block.signature } : {}),
+            ...(block.redacted ? { redacted: true } : {})
+          })
+          break
+        case "toolCall":
+          content.push(toolCallOf(block))
+      }
+    }
+    return {
+      role: "assistant",
+      content,
+      api: this.meta.api,
+      provider: this.meta.provider,
+      model: this.meta.model,
+      ...(this.responseId !== undefined ? { responseId: this.responseId } : {}),
+      usage: this.usage,
+      stopReason
+    }
+  }
+
+  /** Closes every block and emits `Done`; `stop` becomes `toolUse` when tool calls were streamed. */
+  finish(out: Array<ResponseEvent>, reason: StopReason): LlmError | undefined {
+    const error = this.endAll(out)
+    if (error !== undefined) return error
+    const final: StopReason = reason === "stop" && this.hasToolCalls() ? "toolUse" : reason
+    out.push({ _tag: "Done", reason: final, message: this.message(final) })
+    return undefined
+  }
+}
+
+const toolCallOf = (block: { id: string; name: string; args: string; extras: Record<string, unknown> | undefined }): ToolCall => ({
+  type: "toolCall",
+  id: block.id,
+  name: block.name,
+  arguments: block.args,
+  ...(block.extras !== undefined ? { extras: { ...block.extras } } : {})
+})
+
+// =============================================================================
+// HTTP error classification
+// =============================================================================
+
+const overflowPattern =
+  /prompt is too long|context[_ ]length[_ ]exceeded|exceeds? the (maximum )?context|maximum context length|context window|too many tokens|input token count.*exceeds|request too large for model/i
+
+/** `retry-after-ms`, `retry-after` (seconds or an HTTP date), in milliseconds. */
+export const retryAfterFromHeaders = (headers: Readonly<Record<string, string | undefined>>, now: number): number | undefined => {
+  const ms = headers["retry-after-ms"]
+  if (ms !== undefined) {
+    const value = Number(ms)
+    if (Number.isFinite(value) && value >= 0) return value
+  }
+  const after = headers["retry-after"]
+  if (after !== undefined) {
+    const seconds = Number(after)
+    if (Number.isFinite(seconds) && seconds >= 0) return seconds * 1000
+    const date = Date.parse(after)
+    if (Number.isFinite(date)) return Math.max(0, date - now)
+  }
+  return undefined
+}
+
+/** Gemini's `RetryInfo.retryDelay` ("34.4s") inside `error.details[]`. */
+export const retryDelayFromGeminiBody = (body: unknown): number | undefined => {
+  const details = (body as { error?: { details?: unknown } } | null)?.error?.details
+  if (!Array.isArray(details)) return undefined
+  for (const detail of details) {
+    const delay = (detail as { retryDelay?: unknown } | null)?.retryDelay
+    if (typeof delay === "string") {
+      const match = /^([\d.]+)s$/.exec(delay)
+      if (match !== null) return Math.round(Number(match[1]) * 1000)
+    }
+  }
+  return undefined
+}
+
+/** Pulls `error.message` / `error.type` / `error.code` / `error.status` out of any provider error body. */
+export const errorFields = (body: unknown): { message?: string; type?: string; code?: string } => {
+  const error = (body as { error?: unknown } | null)?.error
+  const source = (typeof error === "object" && error !== null ? error : body) as Record<string, unknown> | null
+  if (source === null || typeof source !== "object") return {}
+  const str = (value: unknown) => (typeof value === "string" ? value : typeof value === "number" ? String(value) : undefined)
+  const message = str(source["message"])
+  const type = str(source["type"]) ?? str(source["status"])
+  const code = str(source["code"])
+  return {
+    ...(message !== undefined ? { message } : {}),
+    ...(type !== undefined ? { type } : {}),
+    ...(code !== undefined ? { code } : {})
+  }
+}
+
+/** Maps a non-2xx response to a typed error (llm-providers.md §2.5). */
+export const classifyHttpError = (
+  provider: string,
+  status: number,
+  headers: Readonly<Record<string, string | undefined>>,
+  bodyText: string,
+  now: number
+): LlmError => {
+  let body: unknown = undefined
+  try {
+    body = JSON.parse(bodyText)
+  } catch {
+    body = undefined
+  }
+  const fields = errorFields(body)
+  const detail = fields.message ?? (bodyText.trim().slice(0, 500) || `HTTP ${status}`)
+  const kind = `${fields.type ?? ""} ${fields.code ?? ""}`
+  const retryAfterMs = retryAfterFromHeaders(headers, now) ?? retryDelayFromGeminiBody(body)
+  const base = { provider, status, retryAfterMs }
+  const message = `${provider}: HTTP ${status}: ${detail}`
+  if (status === 401 || status === 403) return llmError("auth", message, base)
+  if (status === 429) {
+    // A spent quota or balance does not come back by waiting.
+    const quota = /insufficient_quota|billing|quota exceeded.*plan/i.test(kind + " " + detail) && !/rate/i.test(fields.code ?? "")
+    return llmError("rateLimited", message, { ...base, retryable: !quota })
+  }
+  if (status === 529 || /overloaded/i.test(kind) || (status === 503 && /overloaded/i.test(detail))) {
+    return llmError("overloaded", message, { ...base, retryable: true })
+  }
+  if (overflowPattern.test(detail) || /context_length_exceeded/.test(kind)) return llmError("contextOverflow", message, base)
+  if (status === 408 || status === 409 || status >= 500) return llmError("providerError", message, { ...base, retryable: true })
+  if (status === 402) return llmError("rateLimited", message, base)
+  return llmError("badRequest", message, base)
+}
+
+/** Classifies an error object that arrived inside a 200 stream. */
+export const classifyStreamError = (provider: string, body: unknown, label: string): LlmError => {
+  const fields = errorFields(body)
+  const detail = fields.message ?? JSON.stringify(body).slice(0, 500)
+  const kind = `${fields.type ?? ""} ${fields.code ?? ""}`
+  const message = `${provider}: ${label}: ${detail}`
+  const statusCode = (body as { error?: { status_code?: unknown; code?: unknown } } | null)?.error
+  const status = typeof statusCode?.status_code === "number" ? statusCode.status_code : typeof statusCode?.code === "number" ? statusCode.code : undefined
+  const options = { provider, ...(status !== undefined ? { status } : {}) }
+  if (/overloaded/i.test(kind)) return llmError("overloaded", message, { ...options, retryable: true })
+  if (/rate_limit|RESOURCE_EXHAUSTED/i.test(kind)) return llmError("rateLimited", message, { ...options, retryable: true })
+  if (/insufficient_quota/i.test(kind)) return llmError("rateLimited", message, options)
+  if (overflowPattern.test(detail) || /context_length_exceeded/.test(kind)) return llmError("contextOverflow", message, options)
+  if (/api_error|server_error|internal|unavailable/i.test(kind) || (status !== undefined && status >= 500)) {
+    return llmError("providerError", message, { ...options, retryable: true })
+  }
+  if (/invalid_request|bad_request|tool_use_failed|INVALID_ARGUMENT/i.test(kind) || (status !== undefined && status >= 400 && status < 500)) {
+    return llmError("badRequest", message, options)
+  }
+  return llmError("providerError", message, options)
+}
+
+// =============================================================================
+// Prefix-stable body layout
+// =============================================================================
+
+/**
+ * One serialized history entry: `open` + parts joined by "," + `close`. Consecutive messages
+ * may merge into one group (Anthropic tool results, Gemini function responses).
+ */
+export interface Group {
+  readonly open: string
+  readonly parts: Array<string>
+  readonly close: string
+  /** Messages of the same merge key join the previous group. */
+  readonly mergeKey: string | undefined
+}
+
+/**
+ * Lays a history out as `history` + `tail` such that `history(n)` is a byte prefix of
+ * `history(n+1)`: the last part is left open (its final `}` moves into the tail), so an appended
+ * part, a merged part or a moving cache marker (`lastPartSuffix`, placed as the last key of the
+ * last part) only ever adds bytes after it.
+ */
+export const layoutHistory = (
+  groups: ReadonlyArray<Group>,
+  lastPartSuffix: string
+): { readonly history: string; readonly tail: string } => {
+  let history = ""
+  let tail = ""
+  for (let g = 0; g < groups.length; g++) {
+    const group = groups[g]!
+    if (g > 0) history += ","
+    history += group.open
+    const lastGroup = g === groups.length - 1
+    for (let p = 0; p < group.parts.length; p++) {
+      if (p > 0) history += ","
+      const part = group.parts[p]!
+      if (lastGroup && p === group.parts.length - 1) {
+        history += part.slice(0, -1)
+        tail = lastPartSuffix + "}"
+      } else {
+        history += part
+      }
+    }
+    if (lastGroup) tail += group.close
+    else history += group.close
+  }
+  return { history, tail }
+}
+
+/** Appends a part, merging into the previous group when the merge key matches. */
+export const pushPart = (groups: Array<Group>, open: string, close: string, mergeKey: string | undefined, part: string): void => {
+  const last = groups[groups.length - 1]
+  if (mergeKey !== undefined && last !== undefined && last.mergeKey === mergeKey) {
+    last.parts.push(part)
+    return
+  }
+  groups.push({ open, parts: [part], close, mergeKey })
+}
+
+// =============================================================================
+// Replay across providers (llm-providers.md §1.6)
+// =============================================================================
+
+export interface ReplayTarget {
+  readonly api: string
+  readonly provider: string
+  readonly model: string
+  /** Rewrites a tool-call id the target would reject; must be a pure function of the id. */
+  readonly normalizeToolCallId: (id: string) => string
+}
+
+export const isSameModel = (message: AssistantMessage, target: ReplayTarget): boolean =>
+  message.api === target.api && message.provider === target.provider && message.model === target.model
+
+/** Anthropic accepts `[A-Za-z0-9_-]{1,64}`. */
+export const anthropicToolCallId = (id: string): string => {
+  if (/^[A-Za-z0-9_-]{1,64}$/.test(id)) return id
+  const cleaned = id.replace(/[^A-Za-z0-9_-]/g, "_")
+  return cleaned.length > 0 && cleaned.length <= 64 ? cleaned : `toolu_${sha256(id).slice(0, 40)}`
+}
+
+/** OpenAI accepts at most 40 characters. */
+export const openAiToolCallId = (id: string): string => (id.length > 0 && id.length <= 40 ? id : `call_${sha256(id).slice(0, 32)}`)
+
+/**
+ * The history as the target should see it: assistant messages from another model lose their
+ * signatures and provider extras, their thinking becomes plain text (redacted thinking is
+ * dropped), and tool ids are normalized (with the matching results); tool calls left without a
+ * result get a synthetic error result before the next user or assistant message. Every rule is
+ * a function of one message and the target, so an appended message never changes earlier output.
+ */
+export const transformForReplay = (messages: ReadonlyArray<Message>, target: ReplayTarget): Array<Message> => {
+  const out: Array<Message> = []
+  let unanswered: Array<ToolCall> = []
+  const flushUnanswered = () => {
+    for (const call of unanswered) {
+      const synthetic: ToolResultMessage = {
+        role: "toolResult",
+        toolCallId: call.id,
+        toolName: call.name,
+        content: [{ type: "text", text: "No result provided" }],
+        isError: true
+      }
+      out.push(synthetic)
+    }
+    unanswered = []
+  }
+  for (const message of messages) {
+    switch (message.role) {
+      case "user":
+        flushUnanswered()
+        out.push(message)
+        break
+      case "toolResult": {
+        const id = target.normalizeToolCallId(message.toolCallId)
+        unanswered = unanswered.filter((call) => call.id !== id)
+        out.push(id === message.toolCallId ? message : { ...message, toolCallId: id })
+        break
+      }
+      case "assistant": {
+        flushUnanswered()
+        const same = isSameModel(message, target)
+        const content: Array<AssistantContent> = []
+        for (const block of message.content) {
+          if (block.type === "toolCall") {
+            const id = target.normalizeToolCallId(block.id)
+            const call: ToolCall = same
+              ? (id === block.id ? block : { ...block, id })
+              : { type: "toolCall", id, name: block.name, arguments: block.arguments }
+            content.push(call)
+            unanswered.push(call)
+          } else if (same) {
+            content.push(block)
+          } else if (block.type === "thinking") {
+            if (!block.redacted && block.thinking.trim().length > 0) content.push({ type: "text", text: block.thinking })
+          } else {
+            content.push({ type: "text", text: block.text })
+          }
+        }
+        out.push({ ...message, content })
+        break
+      }
+    }
+  }
+  return out
+}
+
+/** The text of user/tool-result content, images described in place (for APIs that take text only). */
+export const contentText = (content: ReadonlyArray<{ readonly type: string; readonly text?: string }>): string =>
+  content.map((block) => (block.type === "text" ? block.text ?? "" : "[image]")).join("\n")

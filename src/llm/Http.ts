@@ -1,0 +1,219 @@
+/**
+ * The thin HTTP shell every adapter shares: POST one request body, turn a non-2xx answer into a
+ * typed `LlmError`, pipe the SSE body through the adapter's pure state machine, end a stream
+ * that goes silent (idle timeout), and retry — only before the first event has been emitted,
+ * with exactly the same request bytes.
+ *
+ * "Before the first event" is before the first event after `Start`: `Start` is held back until
+ * content (or `Done`) follows, so a stream that fails right after its preamble (an Anthropic
+ * `overloaded_error` after `message_start`, a connection dropped after the first bytes) is
+ * retried invisibly, while anything the client has seen is never silently replayed.
+ */
+import { HttpClient, HttpClientRequest } from "@effect/platform"
+import { Cause, Channel, Chunk, Duration, Effect, ExecutionStrategy, Exit, Metric, Option, Random, Scope, Stream } from "effect"
+import type { LlmError, ResponseEvent } from "../Llm.js"
+import * as Metrics from "../Metrics.js"
+import { classifyHttpError, llmError, type Machine } from "./Common.js"
+import { makeSseDecoder, SseEventTooLarge, type SseDecoder } from "./Sse.js"
+
+/** Retry and timeout policy; every number is configurable so tests run in milliseconds. */
+export interface RetrySettings {
+  /** Retries after the first attempt. */
+  readonly maxRetries: number
+  readonly initialDelayMs: number
+  /** Cap of the exponential backoff. */
+  readonly maxDelayMs: number
+  /** A server asking for a longer wait than this fails fast instead (and says how long it asked). */
+  readonly maxRetryAfterMs: number
+  /** Fraction of the delay randomized either way. */
+  readonly jitter: number
+  /** A stream (or a response head) silent for this long ends with `idleTimeout`. */
+  readonly idleTimeoutMs: number
+}
+
+export const defaultRetrySettings: RetrySettings = {
+  maxRetries: 3,
+  initialDelayMs: 500,
+  maxDelayMs: 8_000,
+  maxRetryAfterMs: 60_000,
+  jitter: 0.2,
+  idleTimeoutMs: 120_000
+}
+
+/** One prepared call: the bytes are fixed before the first attempt and reused by every retry. */
+export interface ProviderRequest {
+  readonly provider: string
+  readonly url: string
+  readonly headers: Readonly<Record<string, string>>
+  readonly body: string
+  readonly makeMachine: () => Machine
+}
+
+/** Feeds body bytes through the SSE decoder and the machine; stops reading once the machine is done. */
+const machineChannel = (
+  decoder: SseDecoder,
+  machine: Machine
+): Channel.Channel<Chunk.Chunk<ResponseEvent>, Chunk.Chunk<Uint8Array>, LlmError, LlmError, unknown, unknown> => {
+  const emit = (out: Array<ResponseEvent>, error: LlmError | undefined, next: () => Channel.Channel<Chunk.Chunk<ResponseEvent>, Chunk.Chunk<Uint8Array>, LlmError, LlmError, unknown, unknown>) => {
+    const written = out.length > 0 ? Channel.write(Chunk.unsafeFromArray(out)) : Channel.void
+    if (error !== undefined) return Channel.zipRight(written, Channel.fail(error))
+    if (machine.finished()) return written
+    return Channel.zipRight(written, Channel.suspend(next))
+  }
+  const loop: Channel.Channel<Chunk.Chunk<ResponseEvent>, Chunk.Chunk<Uint8Array>, LlmError, LlmError, unknown, unknown> =
+    Channel.readWithCause({
+      onInput: (chunk: Chunk.Chunk<Uint8Array>) => {
+        const out: Array<ResponseEvent> = []
+        let error: LlmError | undefined
+        try {
+          outer: for (const bytes of chunk) {
+            for (const event of decoder.feedBytes(bytes)) {
+              error = machine.push(event, out)
+              if (error !== undefined || machine.finished()) break outer
+            }
+          }
+        } catch (cause) {
+          error = llmError("malformedStream", cause instanceof SseEventTooLarge ? cause.message : `SSE decoding failed: ${String(cause)}`)
+        }
+        return emit(out, error, () => loop)
+      },
+      onFailure: (cause) => Channel.failCause(cause),
+      onDone: () => {
+        const out: Array<ResponseEvent> = []
+        decoder.end()
+        const error = machine.finished() ? undefined : machine.end(out)
+        return emit(out, error, () => Channel.void)
+      }
+    })
+  return loop
+}
+
+const networkError = (provider: string, cause: unknown): LlmError =>
+  llmError("network", `${provider}: connection failed: ${describe(cause)}`, { retryable: true, provider })
+
+const describe = (cause: unknown): string => {
+  if (typeof cause === "object" && cause !== null) {
+    const error = cause as { message?: unknown; cause?: unknown }
+    const inner = error.cause !== undefined && error.cause !== cause ? describe(error.cause) : ""
+    const own = typeof error.message === "string" ? error.message : String(cause)
+    return inner.length > 0 && !own.includes(inner) ? `${own} (${inner})` : own
+  }
+  return String(cause)
+}
+
+const idleError = (provider: string, settings: RetrySettings): LlmError =>
+  llmError("idleTimeout", `${provider}: no data for ${settings.idleTimeoutMs} ms`, { retryable: true, provider })
+
+/** One attempt: the raw event stream of one HTTP exchange. */
+export const attemptStream = (
+  client: HttpClient.HttpClient,
+  request: ProviderRequest,
+  settings: RetrySettings
+): Stream.Stream<ResponseEvent, LlmError> =>
+  Stream.unwrapScoped(
+    Effect.gen(function*() {
+      const httpRequest = HttpClientRequest.post(request.url).pipe(
+        HttpClientRequest.setHeaders(request.headers),
+        HttpClientRequest.bodyText(request.body, "application/json")
+      )
+      const idle = Duration.millis(settings.idleTimeoutMs)
+      const response = yield* client.execute(httpRequest).pipe(
+        Effect.mapError((cause) => networkError(request.provider, cause)),
+        Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) })
+      )
+      if (response.status < 200 || response.status >= 300) {
+        const text = yield* response.text.pipe(
+          Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) }),
+          Effect.orElseSucceed(() => "")
+        )
+        const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+        return yield* classifyHttpError(request.provider, response.status, response.headers, text, now)
+      }
+      const machine = request.makeMachine()
+      return response.stream.pipe(
+        Stream.mapError((cause) => networkError(request.provider, cause)),
+        Stream.timeoutFail(() => idleError(request.provider, settings), idle),
+        Stream.pipeThroughChannel(machineChannel(makeSseDecoder(), machine))
+      )
+    })
+  )
+
+/** The delay before retry number `retry` (0-based), or a fail-fast error when the server asks too much. */
+export const retryDelay = (error: LlmError, retry: number, settings: RetrySettings): Effect.Effect<number, LlmError> =>
+  Effect.gen(function*() {
+    if (error.retryAfterMs !== undefined) {
+      if (error.retryAfterMs > settings.maxRetryAfterMs) {
+        return yield* llmError(error.reason, `${error.message} (server asked to retry after ${Math.round(error.retryAfterMs)} ms, more than the ${settings.maxRetryAfterMs} ms allowed)`, {
+          retryable: false,
+          ...(error.provider !== undefined ? { provider: error.provider } : {}),
+          ...(error.status !== undefined ? { status: error.status } : {}),
+          retryAfterMs: error.retryAfterMs
+        })
+      }
+      return error.retryAfterMs
+    }
+    const base = Math.min(settings.maxDelayMs, settings.initialDelayMs * 2 ** retry)
+    const spread = yield* Random.nextRange(-settings.jitter, settings.jitter)
+    return Math.max(0, Math.round(base * (1 + spread)))
+  })
+
+/**
+ * The full call: attempts until one yields an event beyond `Start`, then streams the rest of that
+ * attempt. Failures before that point are retried when retryable; failures after it end the stream.
+ */
+export const streamWithRetry = (
+  client: HttpClient.HttpClient,
+  request: ProviderRequest,
+  settings: RetrySettings
+): Stream.Stream<ResponseEvent, LlmError> =>
+  Stream.unwrapScoped(
+    Effect.gen(function*() {
+      const outer = yield* Effect.scope
+      let retry = 0
+      while (true) {
+        const scope = yield* Scope.fork(outer, ExecutionStrategy.sequential)
+        const pull = yield* Stream.toPull(attemptStream(client, request, settings)).pipe(Scope.extend(scope))
+        const held: Array<ResponseEvent> = []
+        let primed: LlmError | "primed" | "ended" = "ended"
+        while (true) {
+          const result = yield* Effect.exit(pull)
+          if (Exit.isSuccess(result)) {
+            let content = false
+            for (const event of result.value) {
+              held.push(event)
+              if (event._tag !== "Start") content = true
+            }
+            if (content) {
+              primed = "primed"
+              break
+            }
+            continue
+          }
+          const failure = Cause.failureOption(result.cause)
+          if (Option.isSome(failure) && Option.isSome(failure.value)) {
+            primed = failure.value.value
+          } else if (Option.isSome(failure)) {
+            primed = "ended"
+          } else {
+            return yield* Effect.failCause(result.cause as Cause.Cause<never>)
+          }
+          break
+        }
+        if (primed === "primed" || primed === "ended") {
+          return Stream.fromIterable(held).pipe(
+            Stream.concat(primed === "primed" ? Stream.repeatEffectChunkOption(pull) : Stream.empty)
+          )
+        }
+        const error = primed
+        yield* Scope.close(scope, Exit.void)
+        if (!error.retryable || retry >= settings.maxRetries) return yield* error
+        const delay = yield* retryDelay(error, retry, settings)
+        yield* Effect.logDebug(`retrying ${request.provider} after ${error.reason}`).pipe(
+          Effect.annotateLogs({ attempt: retry + 1, delayMs: delay })
+        )
+        yield* Metric.increment(Metrics.llmRetries)
+        yield* Effect.sleep(Duration.millis(delay))
+        retry++
+      }
+    })
+  )

@@ -1,0 +1,51 @@
+import { NodeHttpClient } from "@effect/platform-node"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer, Redacted, Schema, Stream } from "effect"
+import { Llm } from "../../src/Llm.js"
+import * as Router from "../../src/llm/Router.js"
+import * as Fake from "../support/FakeProvider.js"
+
+describe("Router configuration", () => {
+  it.effect("decodes from plain JSON: the key becomes Redacted, optional maps default to empty", () =>
+    Effect.gen(function*() {
+      const config = yield* Schema.decodeUnknown(Router.RouterConfig)({
+        providers: [{ id: "ds", api: "openai-chat", baseUrl: "https://api.deepseek.com/v1", apiKey: "sk-secret" }],
+        models: [{ id: "deepseek", provider: "ds", upstreamModel: "deepseek-chat", maxOutputTokens: 8192, thinking: { effort: "high" } }]
+      })
+      const provider = config.providers[0]!
+      expect(Redacted.value(provider.apiKey)).toBe("sk-secret")
+      expect(String(provider.apiKey)).not.toContain("sk-secret")
+      expect(provider.headers).toEqual({})
+      const resolved = Router.resolveModel(config, "deepseek")
+      expect(resolved?.adapter.api).toBe("openai-chat")
+      expect(resolved?.settings).toMatchObject({ provider: "ds", model: "deepseek-chat", maxOutputTokens: 8192, thinking: { effort: "high" } })
+      expect(Router.resolveModel(config, "deepseek", 100)?.settings.maxOutputTokens).toBe(100)
+      expect(Router.resolveModel(config, "other")).toBeUndefined()
+    }))
+
+  it.effect("rejects an unknown api kind", () =>
+    Effect.gen(function*() {
+      const result = yield* Effect.either(Schema.decodeUnknown(Router.RouterConfig)({
+        providers: [{ id: "x", api: "cohere", baseUrl: "http://x", apiKey: "k" }],
+        models: []
+      }))
+      expect(result._tag).toBe("Left")
+    }))
+
+  it.scopedLive("a model whose provider is missing fails with notConfigured; the openai-responses adapter is routed by api", () =>
+    Effect.gen(function*() {
+      const fake = yield* Fake.make
+      fake.enqueue(Fake.sse(Fake.openAiResponses.text("Hi there")))
+      const config: Router.RouterConfig = {
+        providers: [{ id: "oa", api: "openai-responses", baseUrl: fake.baseUrl, apiKey: Redacted.make("k"), headers: {}, extraBody: {}, compat: {} }],
+        models: [{ id: "gpt", provider: "oa", upstreamModel: "gpt-5" }, { id: "orphan", provider: "missing", upstreamModel: "m" }]
+      }
+      const llm = yield* Effect.provide(Llm, Router.layer(config).pipe(Layer.provide(NodeHttpClient.layer)))
+      const orphan = yield* Effect.either(Stream.runDrain(llm.stream({ systemPrompt: "", messages: [], tools: [] }, { model: "orphan", callId: "c" })))
+      expect(orphan._tag === "Left" && orphan.left.reason).toBe("notConfigured")
+      const events = yield* Stream.runCollect(llm.stream({ systemPrompt: "s", messages: [{ role: "user", content: [{ type: "text", text: "hi" }] }], tools: [] }, { model: "gpt", callId: "c" }))
+      const done = [...events].at(-1)
+      expect(done?._tag === "Done" && done.message).toMatchObject({ api: "openai-responses", provider: "oa", model: "gpt-5", stopReason: "stop" })
+      expect(JSON.parse(fake.requests[0]!.body)).toMatchObject({ model: "gpt-5", store: false, instructions: "s" })
+    }))
+})
