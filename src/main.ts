@@ -1,12 +1,23 @@
 /**
- * The service entry point. Until the runner and transport are assembled it only says so; the
- * layer composition (Config, Store, Llm router, Transport) lands with them.
+ * Starts the server: configuration from `byok.config.json` and the environment, the embedded
+ * SQLite store, Cursor's endpoints on a loopback port. Ctrl-C ends open streams with a
+ * retryable error and closes the database.
  */
-import { NodeRuntime } from "@effect/platform-node"
-import { Effect } from "effect"
+import { NodeContext, NodeRuntime } from "@effect/platform-node"
+import { Effect, Layer } from "effect"
+import * as Config from "./Config.js"
+import * as Server from "./Server.js"
 
-const program = Effect.logWarning(
-  "cursor-byok: the server is not assembled yet (the loop, the LLM contract and their tests are); nothing is listening"
+const Main = Layer.unwrapEffect(Effect.gen(function*() {
+  const config = yield* Config.load
+  for (const notice of config.notices) yield* Effect.logWarning(notice)
+  yield* Effect.logInfo(
+    `cursor-byok: ${config.models.length} models (${config.models.map((m) => m.id).join(", ") || "none"}), database ${config.database}, listening on http://${config.host}:${config.port}`
+  )
+  return Server.layer(config)
+})).pipe(Layer.provide(NodeContext.layer))
+
+Layer.launch(Main).pipe(
+  Effect.tapErrorTag("ConfigError", (error) => Effect.logError(error.message)),
+  NodeRuntime.runMain
 )
-
-NodeRuntime.runMain(program)

@@ -19,6 +19,8 @@ export interface TurnChannel {
   readonly isClosed: () => boolean
   /** Whether a RunSSE is reading now. */
   readonly isAttached: () => boolean
+  /** Whether a reader has received the end-stream frame (the turn was seen to its end). */
+  readonly endDelivered: () => boolean
   /** Frames written so far (end frame included). */
   readonly size: () => number
 }
@@ -26,6 +28,8 @@ export interface TurnChannel {
 export const makeTurnChannel = (requestId: string): TurnChannel => {
   const backlog: Array<Uint8Array> = []
   let closed = false
+  let endFrameSent: Uint8Array | null = null
+  let delivered = false
   let reader: Mailbox.Mailbox<Uint8Array> | null = null
 
   const write = (frames: ReadonlyArray<Uint8Array>) =>
@@ -39,6 +43,7 @@ export const makeTurnChannel = (requestId: string): TurnChannel => {
     Effect.sync(() => {
       if (closed) return
       closed = true
+      endFrameSent = endFrame
       backlog.push(endFrame)
       if (reader !== null) {
         reader.unsafeOffer(endFrame)
@@ -55,6 +60,9 @@ export const makeTurnChannel = (requestId: string): TurnChannel => {
     mailbox.unsafeOfferAll(backlog.slice())
     if (closed) mailbox.unsafeDone(Exit.void)
     return Mailbox.toStream(mailbox).pipe(
+      Stream.tap((frame) => Effect.sync(() => {
+        if (frame === endFrameSent) delivered = true
+      })),
       Stream.ensuring(Effect.sync(() => {
         if (reader === mailbox) reader = null
       }))
@@ -68,6 +76,7 @@ export const makeTurnChannel = (requestId: string): TurnChannel => {
     attach,
     isClosed: () => closed,
     isAttached: () => reader !== null,
+    endDelivered: () => delivered,
     size: () => backlog.length
   }
 }

@@ -1,0 +1,220 @@
+/**
+ * Configuration: an optional JSON file (`BYOK_CONFIG`, default `./byok.config.json` when it
+ * exists) validated with Schema, then environment overrides (`BYOK_HOST`, `BYOK_PORT`,
+ * `BYOK_DB`). Provider keys are read from the environment variable each provider names and
+ * stay `Redacted`: they never reach a log, the database or the client. With no providers
+ * configured, the well-known key variables (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`,
+ * `GEMINI_API_KEY`, `DEEPSEEK_API_KEY`) yield a default catalogue.
+ */
+import { FileSystem } from "@effect/platform"
+import { Config, Context, Effect, Layer, Option, ParseResult, Redacted, Schema } from "effect"
+import { ApiKind, ModelConfig, RetryConfig } from "./llm/Router.js"
+import type { ProviderConfig, RouterConfig } from "./llm/Router.js"
+
+// =============================================================================
+// The file
+// =============================================================================
+
+export const ProviderEntry = Schema.Struct({
+  id: Schema.String,
+  api: ApiKind,
+  baseUrl: Schema.String,
+  /** The environment variable holding the key; omit for servers that need none (local vLLM, Ollama). */
+  apiKeyEnv: Schema.optional(Schema.String),
+  headers: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.String }), { default: () => ({}) }),
+  extraBody: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) }),
+  compat: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) })
+})
+export type ProviderEntry = typeof ProviderEntry.Type
+
+export const ModelEntry = Schema.Struct({
+  ...ModelConfig.fields,
+  /** The name Cursor shows; defaults to the id. */
+  displayName: Schema.optional(Schema.String),
+  supportsImages: Schema.optionalWith(Schema.Boolean, { default: () => false })
+})
+export type ModelEntry = typeof ModelEntry.Type
+
+const Port = Schema.Int.pipe(Schema.between(0, 65535))
+const Bytes = Schema.Int.pipe(Schema.positive())
+
+export const Limits = Schema.Struct({
+  /** Largest BidiAppend body accepted (after gzip inflation). */
+  bidiAppendBytes: Schema.optionalWith(Bytes, { default: () => 16 * 1024 * 1024 }),
+  /** Largest RunSSE request body accepted. */
+  runSseRequestBytes: Schema.optionalWith(Bytes, { default: () => 64 * 1024 }),
+  /** How far ahead of the next expected seqno a BidiAppend may be held. */
+  appendWindow: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1024 })
+})
+
+export const FileConfig = Schema.Struct({
+  host: Schema.optionalWith(Schema.String, { default: () => "127.0.0.1" }),
+  port: Schema.optionalWith(Port, { default: () => 8787 }),
+  database: Schema.optionalWith(Schema.String, { default: () => "./data/byok.sqlite" }),
+  heartbeatMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 5000 }),
+  maxLlmCallsPerTurn: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 50 }),
+  limits: Schema.optionalWith(Limits, { default: () => Schema.decodeSync(Limits)({}) }),
+  retry: Schema.optional(RetryConfig),
+  providers: Schema.optionalWith(Schema.Array(ProviderEntry), { default: () => [] }),
+  models: Schema.optionalWith(Schema.Array(ModelEntry), { default: () => [] }),
+  /** The model Cursor selects by default; defaults to the first model. */
+  defaultModel: Schema.optional(Schema.String)
+})
+export type FileConfig = typeof FileConfig.Type
+
+// =============================================================================
+// The resolved configuration
+// =============================================================================
+
+export interface ServerConfig {
+  readonly host: string
+  readonly port: number
+  readonly database: string
+  readonly heartbeatMs: number
+  readonly maxLlmCallsPerTurn: number
+  readonly limits: typeof Limits.Type
+  /** What the `Llm` router is built from: providers with their keys resolved. */
+  readonly router: RouterConfig
+  /** The models Cursor lists. */
+  readonly models: ReadonlyArray<ModelEntry>
+  readonly defaultModel: string | undefined
+  /** Things worth telling the operator at startup (a missing key, a non-loopback bind...). */
+  readonly notices: ReadonlyArray<string>
+}
+
+export class AppConfig extends Context.Tag("cursor-byok/Config")<AppConfig, ServerConfig>() {}
+
+export class ConfigError extends Schema.TaggedError<ConfigError>("cursor-byok/ConfigError")("ConfigError", {
+  message: Schema.String
+}) {}
+
+/** The providers and models used when no file configures any, by which key variables are set. */
+export const defaultCatalogue: ReadonlyArray<{
+  readonly env: string
+  readonly provider: ProviderEntry
+  readonly models: ReadonlyArray<typeof ModelEntry.Encoded>
+}> = [
+  {
+    env: "OPENAI_API_KEY",
+    provider: { id: "openai", api: "openai-responses", baseUrl: "https://api.openai.com/v1", apiKeyEnv: "OPENAI_API_KEY", headers: {}, extraBody: {}, compat: {} },
+    models: [
+      { id: "gpt-5", provider: "openai", upstreamModel: "gpt-5", contextWindow: 400000, thinking: { effort: "medium" }, supportsImages: true },
+      { id: "gpt-4.1", provider: "openai", upstreamModel: "gpt-4.1", contextWindow: 1047576, supportsImages: true }
+    ]
+  },
+  {
+    env: "ANTHROPIC_API_KEY",
+    provider: { id: "anthropic", api: "anthropic", baseUrl: "https://api.anthropic.com/v1", apiKeyEnv: "ANTHROPIC_API_KEY", headers: {}, extraBody: {}, compat: {} },
+    models: [
+      { id: "claude-sonnet-4-5", provider: "anthropic", upstreamModel: "claude-sonnet-4-5", contextWindow: 200000, maxOutputTokens: 32000, supportsImages: true },
+      { id: "claude-sonnet-4-5-thinking", provider: "anthropic", upstreamModel: "claude-sonnet-4-5", contextWindow: 200000, maxOutputTokens: 32000, thinking: { budgetTokens: 8000 }, supportsImages: true }
+    ]
+  },
+  {
+    env: "GEMINI_API_KEY",
+    provider: { id: "gemini", api: "gemini", baseUrl: "https://generativelanguage.googleapis.com/v1beta", apiKeyEnv: "GEMINI_API_KEY", headers: {}, extraBody: {}, compat: {} },
+    models: [
+      { id: "gemini-2.5-pro", provider: "gemini", upstreamModel: "gemini-2.5-pro", contextWindow: 1048576, supportsImages: true },
+      { id: "gemini-2.5-flash", provider: "gemini", upstreamModel: "gemini-2.5-flash", contextWindow: 1048576, supportsImages: true }
+    ]
+  },
+  {
+    env: "DEEPSEEK_API_KEY",
+    provider: { id: "deepseek", api: "openai-chat", baseUrl: "https://api.deepseek.com/v1", apiKeyEnv: "DEEPSEEK_API_KEY", headers: {}, extraBody: {}, compat: {} },
+    models: [
+      { id: "deepseek-chat", provider: "deepseek", upstreamModel: "deepseek-chat", contextWindow: 128000 },
+      { id: "deepseek-reasoner", provider: "deepseek", upstreamModel: "deepseek-reasoner", contextWindow: 128000 }
+    ]
+  }
+]
+
+const isLoopback = (host: string) => host === "localhost" || host === "::1" || host === "[::1]" || /^127\./.test(host)
+
+/**
+ * Builds the server configuration from a decoded file and an environment (a plain record, so
+ * it is testable without touching `process.env`). Pure apart from its inputs.
+ */
+export const resolve = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ServerConfig => {
+  const notices: Array<string> = []
+  let providers = file.providers
+  let models: ReadonlyArray<ModelEntry> = file.models
+  if (providers.length === 0) {
+    const available = defaultCatalogue.filter((entry) => (env[entry.env] ?? "") !== "")
+    providers = available.map((entry) => entry.provider)
+    models = available.flatMap((entry) => entry.models.map((model) => Schema.decodeSync(ModelEntry)(model)))
+    if (available.length > 0) notices.push(`no providers configured: using the default catalogue for ${available.map((e) => e.env).join(", ")}`)
+    else notices.push("no provider is configured and no OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY or DEEPSEEK_API_KEY is set: turns will fail until one is")
+  }
+  const routed: Array<ProviderConfig> = []
+  for (const provider of providers) {
+    const key = provider.apiKeyEnv === undefined ? "" : env[provider.apiKeyEnv] ?? ""
+    if (provider.apiKeyEnv !== undefined && key === "") notices.push(`provider ${provider.id}: ${provider.apiKeyEnv} is not set; its calls will fail with an authentication error`)
+    routed.push({
+      id: provider.id,
+      api: provider.api,
+      baseUrl: provider.baseUrl,
+      apiKey: Redacted.make(key),
+      headers: provider.headers,
+      extraBody: provider.extraBody,
+      compat: provider.compat
+    })
+  }
+  for (const model of models) {
+    if (!providers.some((p) => p.id === model.provider)) notices.push(`model ${model.id} names provider ${model.provider}, which is not configured`)
+  }
+  const host = env["BYOK_HOST"] ?? file.host
+  const portText = env["BYOK_PORT"]
+  const port = portText === undefined ? file.port : Number(portText)
+  if (!isLoopback(host)) notices.push(`listening on ${host}, which is not a loopback address: anyone who can reach it can use your provider keys`)
+  return {
+    host,
+    port,
+    database: env["BYOK_DB"] ?? file.database,
+    heartbeatMs: file.heartbeatMs,
+    maxLlmCallsPerTurn: file.maxLlmCallsPerTurn,
+    limits: file.limits,
+    router: file.retry === undefined ? { providers: routed, models } : { providers: routed, models, retry: file.retry },
+    models,
+    defaultModel: file.defaultModel ?? models[0]?.id,
+    notices
+  }
+}
+
+const formatIssue = (error: ParseResult.ParseError) => ParseResult.TreeFormatter.formatErrorSync(error)
+
+/** Decodes the text of a configuration file, with a message that names the file and the bad field. */
+export const decodeFile = (path: string, text: string): Effect.Effect<FileConfig, ConfigError> =>
+  Effect.try({
+    try: () => JSON.parse(text) as unknown,
+    catch: (cause) => new ConfigError({ message: `${path} is not valid JSON: ${(cause as Error).message}` })
+  }).pipe(
+    Effect.flatMap((json) => Schema.decodeUnknown(FileConfig)(json, { onExcessProperty: "error" })),
+    Effect.mapError((error) =>
+      error._tag === "ParseError" ? new ConfigError({ message: `${path} is not a valid configuration:\n${formatIssue(error)}` }) : error
+    )
+  )
+
+const environment = Effect.sync(() => ({ ...process.env }) as Readonly<Record<string, string | undefined>>)
+
+/** Loads the configuration: the file if any, the environment, validated. */
+export const load: Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSystem> = Effect.gen(function*() {
+  const fs = yield* FileSystem.FileSystem
+  const explicit = yield* Config.option(Config.string("BYOK_CONFIG")).pipe(Effect.orElseSucceed(() => Option.none<string>()))
+  const path = Option.getOrElse(explicit, () => "./byok.config.json")
+  const exists = yield* fs.exists(path).pipe(Effect.orElseSucceed(() => false))
+  if (Option.isSome(explicit) && !exists) return yield* new ConfigError({ message: `BYOK_CONFIG names ${path}, which does not exist` })
+  const file = exists
+    ? yield* fs.readFileString(path).pipe(
+      Effect.mapError((cause) => new ConfigError({ message: `cannot read ${path}: ${cause.message}` })),
+      Effect.flatMap((text) => decodeFile(path, text))
+    )
+    : Schema.decodeSync(FileConfig)({})
+  const env = yield* environment
+  const config = resolve(file, env)
+  if (!Number.isInteger(config.port) || config.port < 0 || config.port > 65535) {
+    return yield* new ConfigError({ message: `BYOK_PORT must be a port number (0-65535), got ${env["BYOK_PORT"]}` })
+  }
+  return config
+})
+
+export const layer: Layer.Layer<AppConfig, ConfigError, FileSystem.FileSystem> = Layer.effect(AppConfig, load)

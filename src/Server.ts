@@ -1,0 +1,99 @@
+/**
+ * The whole server as one layer, from a resolved configuration: the SQLite store, the model
+ * router over an HTTP client, the runner, Cursor's transport and side RPCs, on a Node HTTP
+ * server. `main.ts` launches it; end-to-end tests build it with their own configuration, HTTP
+ * client and port.
+ */
+import { HttpLayerRouter } from "@effect/platform"
+import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
+import { Effect, Layer } from "effect"
+import { createServer } from "node:http"
+import type { ServerConfig } from "./Config.js"
+import type { ToolCall, ToolResultMessage } from "./Llm.js"
+import * as Router from "./llm/Router.js"
+import * as Metrics from "./Metrics.js"
+import * as Prompt from "./Prompt.js"
+import * as Runner from "./Runner.js"
+import * as Store from "./Store.js"
+import * as Tools from "./Tools.js"
+import * as Transport from "./Transport.js"
+import * as SideRpcs from "./transport/SideRpcs.js"
+
+/** A tool call's kind, and whether a restart may run it again (reads) or must not (shell, writes, MCP). */
+export const classifyTool = (call: ToolCall): { readonly kind: string; readonly idempotent: boolean } => {
+  const kind = Tools.kindOf(call.name, []) ?? "mcp"
+  return { kind, idempotent: Tools.isIdempotent(kind) }
+}
+
+/** What the model reads for a non-idempotent tool call a restart interrupted: it decides what to do. */
+export const interruptedResult = (call: ToolCall): ToolResultMessage => ({
+  role: "toolResult",
+  toolCallId: call.id,
+  toolName: call.name,
+  content: [{
+    type: "text",
+    text: "This tool call was interrupted by a server restart before its result arrived. It may or may not have run: check its effects before running it again."
+  }],
+  isError: true
+})
+
+export const transportOptions = (config: ServerConfig): Transport.TransportOptions => ({
+  ...Transport.defaultTransportOptions,
+  heartbeatMs: config.heartbeatMs,
+  bidiAppendMaxBytes: config.limits.bidiAppendBytes,
+  runSseMaxBytes: config.limits.runSseRequestBytes,
+  appendWindow: config.limits.appendWindow,
+  contextWindowOf: (model) => config.models.find((m) => m.id === model)?.contextWindow ?? 200_000
+})
+
+const catalogue = (config: ServerConfig): SideRpcs.CatalogueOptions => ({
+  models: config.models.map((model) => ({
+    id: model.id,
+    displayName: model.displayName ?? model.id,
+    contextWindow: model.contextWindow,
+    supportsThinking: model.thinking !== undefined,
+    supportsImages: model.supportsImages
+  })),
+  defaultModel: config.defaultModel
+})
+
+/** Resumes what a previous process left in flight, and says what it did. */
+const Recovery = Layer.effectDiscard(Effect.gen(function*() {
+  const runner = yield* Runner.Runner
+  const report = yield* runner.recover
+  if (report.conversations > 0) {
+    yield* Effect.logInfo(
+      `recovered ${report.conversations} conversations: ${report.llmCallsReissued} model calls re-issued, ` +
+        `${report.operationsResent} tool calls re-sent, ${report.operationsInterrupted} reported as interrupted`
+    )
+  }
+}))
+
+/**
+ * Everything but the listening socket and the outbound HTTP client: the application on an
+ * `HttpServer` and an `HttpClient` the caller provides.
+ */
+export const layerApp = (config: ServerConfig) => {
+  const core = Runner.layer({
+    policy: Prompt.policy(config.maxLlmCallsPerTurn),
+    classifyTool,
+    interruptedResult
+  }).pipe(
+    Layer.provideMerge(Transport.layer(transportOptions(config))),
+    Layer.provideMerge(Store.layerSqlite({ filename: config.database })),
+    Layer.provideMerge(Router.layer(config.router))
+  )
+  const routes = Layer.mergeAll(Transport.layerRoutes, SideRpcs.layerRoutes(catalogue(config)), Metrics.layerRoutes)
+  const http = HttpLayerRouter.serve(routes, { disableLogger: true })
+  return http.pipe(
+    Layer.provide(Layer.mergeAll(Transport.layerBindRunner, Recovery)),
+    Layer.provideMerge(core)
+  )
+}
+
+/** The server listening on the configured host and port, calling providers through undici. */
+export const layer = (config: ServerConfig) =>
+  layerApp(config).pipe(
+    Layer.provideMerge(NodeHttpServer.layer(createServer, { port: config.port, host: config.host })),
+    Layer.provide(NodeHttpClient.layerUndici)
+  )

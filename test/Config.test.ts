@@ -1,0 +1,71 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Redacted, Schema } from "effect"
+import { decodeFile, FileConfig, resolve } from "../src/Config.js"
+
+const empty = Schema.decodeSync(FileConfig)({})
+
+describe("Config", () => {
+  it("defaults to loopback, port 8787 and ./data/byok.sqlite, and says when no provider is usable", () => {
+    const config = resolve(empty, {})
+    assert.strictEqual(config.host, "127.0.0.1")
+    assert.strictEqual(config.port, 8787)
+    assert.strictEqual(config.database, "./data/byok.sqlite")
+    assert.strictEqual(config.router.providers.length, 0)
+    assert.isTrue(config.notices.some((n) => n.includes("no provider is configured")))
+  })
+
+  it("builds a default catalogue from the key variables that are set", () => {
+    const config = resolve(empty, { DEEPSEEK_API_KEY: "sk-deep", ANTHROPIC_API_KEY: "sk-ant" })
+    assert.deepStrictEqual(config.router.providers.map((p) => p.id), ["anthropic", "deepseek"])
+    assert.include(config.models.map((m) => m.id), "deepseek-chat")
+    assert.strictEqual(Redacted.value(config.router.providers.find((p) => p.id === "deepseek")!.apiKey), "sk-deep")
+    assert.strictEqual(config.defaultModel, "claude-sonnet-4-5")
+  })
+
+  it("never shows a key when the configuration is printed", () => {
+    const config = resolve(empty, { OPENAI_API_KEY: "sk-secret-123" })
+    assert.notInclude(JSON.stringify(config), "sk-secret-123")
+    assert.notInclude(String(config.router.providers[0]!.apiKey), "sk-secret-123")
+  })
+
+  it.effect("reads providers and models from a file, keys from the variables it names, with env overrides", () =>
+    Effect.gen(function*() {
+      const file = yield* decodeFile("byok.config.json", JSON.stringify({
+        port: 9000,
+        providers: [
+          { id: "local", api: "openai-chat", baseUrl: "http://127.0.0.1:8000/v1" },
+          { id: "kimi", api: "openai-chat", baseUrl: "https://api.moonshot.ai/v1", apiKeyEnv: "MOONSHOT_API_KEY", compat: { replayReasoning: true } }
+        ],
+        models: [
+          { id: "qwen-local", provider: "local", upstreamModel: "Qwen/Qwen3-32B", contextWindow: 32768 },
+          { id: "kimi-k2", provider: "kimi", upstreamModel: "kimi-k2-thinking", displayName: "Kimi K2" }
+        ]
+      }))
+      const config = resolve(file, { MOONSHOT_API_KEY: "mk", BYOK_PORT: "9100", BYOK_DB: "/tmp/x.sqlite", BYOK_HOST: "0.0.0.0" })
+      assert.strictEqual(config.port, 9100)
+      assert.strictEqual(config.database, "/tmp/x.sqlite")
+      assert.deepStrictEqual(config.router.models.map((m) => m.id), ["qwen-local", "kimi-k2"])
+      assert.strictEqual(Redacted.value(config.router.providers[1]!.apiKey), "mk")
+      assert.isTrue(config.notices.some((n) => n.includes("not a loopback address")))
+    }))
+
+  it.effect("a bad file is a ConfigError naming the file and the field", () =>
+    Effect.gen(function*() {
+      const badJson = yield* Effect.flip(decodeFile("byok.config.json", "{ port: 1"))
+      assert.include(badJson.message, "not valid JSON")
+      const badField = yield* Effect.flip(decodeFile("byok.config.json", JSON.stringify({ port: 70000 })))
+      assert.include(badField.message, "port")
+      const unknownApi = yield* Effect.flip(decodeFile("c.json", JSON.stringify({ providers: [{ id: "x", api: "soap", baseUrl: "u" }] })))
+      assert.include(unknownApi.message, "api")
+      const typo = yield* Effect.flip(decodeFile("c.json", JSON.stringify({ prot: 1 })))
+      assert.include(typo.message, "prot")
+    }))
+
+  it("a model naming an unknown provider is reported", () => {
+    const file = Schema.decodeSync(FileConfig)({
+      providers: [{ id: "a", api: "anthropic", baseUrl: "u" }],
+      models: [{ id: "m", provider: "b", upstreamModel: "x" }]
+    })
+    assert.isTrue(resolve(file, {}).notices.some((n) => n.includes("names provider b")))
+  })
+})
