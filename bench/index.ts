@@ -1,0 +1,26 @@
+/**
+ * `npm run bench` runs every benchmark and prints its table; `npm run bench -- NAME [NAME...]`
+ * runs the named ones. Each prints medians over several runs: read them with the machine's
+ * noise in mind (2 shared cores), and never assert them in a test.
+ */
+import { Effect } from "effect"
+import * as Sse from "./sse.js"
+import * as Store from "./store.js"
+
+const benches: Record<string, () => Promise<string>> = {
+  store: async () => (await Store.run({ print: false })).markdown,
+  sse: async () => (await Effect.runPromise(Sse.run())).markdown
+}
+
+const wanted = process.argv.slice(2)
+const unknown = wanted.filter((name) => !(name in benches))
+if (unknown.length > 0) {
+  console.error(`unknown benchmark ${unknown.join(", ")}; known: ${Object.keys(benches).join(", ")}`)
+  process.exit(2)
+}
+console.log(`# cursor-byok benchmarks (${new Date().toISOString().slice(0, 10)}, Node ${process.version})\n`)
+for (const name of wanted.length > 0 ? wanted : Object.keys(benches)) {
+  console.log(`## ${name}\n`)
+  console.log(await benches[name]!())
+  console.log("")
+}
