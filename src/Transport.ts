@@ -398,7 +398,9 @@ export const make = (options: TransportOptions) =>
           sessions.set(requestId.right, session)
         }
         const frames = yield* session.channel.attach
-        const heartbeats = Stream.repeatEffectWithSchedule(Effect.succeed(HEARTBEAT_FRAME), Schedule.spaced(Duration.millis(options.heartbeatMs))).pipe(Stream.drop(1))
+        // The first heartbeat goes out at once: it flushes the response headers, so a client that
+        // waits for them before posting its run request is not held up until the turn speaks.
+        const heartbeats = Stream.repeatEffectWithSchedule(Effect.succeed(HEARTBEAT_FRAME), Schedule.spaced(Duration.millis(options.heartbeatMs)))
         return Stream.merge(frames, heartbeats, { haltStrategy: "left" })
       })
 

@@ -1,0 +1,1124 @@
+/**
+ * A reference Cursor client in its HTTP/1.1 mode, for tests and benchmarks: one `RunSSE` per
+ * turn (an enveloped `BidiRequestId` in, Connect envelopes out, read incrementally with each
+ * frame's arrival time) plus one `BidiAppend` POST per client message (hex `data`, increasing
+ * `append_seqno`, sent concurrently). It answers every exec from a `Workspace` (scripted, or a
+ * real temp directory), acknowledges every `set_blob` (keeping the blob after checking its id
+ * is the SHA-256 of the data), can send heartbeats, follow-ups, a cancel, shuffled or
+ * duplicated appends, and can reconnect RunSSE with the same request id.
+ *
+ * Plain Promises on `node:http`, no test framework: a benchmark can drive it as well as a test.
+ */
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
+import type { MessageInitShape } from "@bufbuild/protobuf"
+import { Either } from "effect"
+import { spawn } from "node:child_process"
+import { createHash, randomUUID } from "node:crypto"
+import { mkdir, readdir, readFile, stat, unlink, writeFile } from "node:fs/promises"
+import * as http from "node:http"
+import { dirname, isAbsolute, join, relative, resolve } from "node:path"
+import { performance } from "node:perf_hooks"
+import { gunzipSync } from "node:zlib"
+import * as Dialect from "../../src/Dialect.js"
+import {
+  AgentClientMessageSchema,
+  AgentMode,
+  AgentServerMessageSchema,
+  ExecClientMessageSchema,
+  GrepUnionResultSchema,
+  LsDirectoryTreeNodeSchema,
+  McpToolDefinitionSchema,
+  ShellStreamSchema
+} from "../../src/gen/agent/v1/agent_pb.js"
+import type {
+  AgentServerMessage,
+  ConversationStateStructure,
+  ExecServerMessage,
+  LsDirectoryTreeNode,
+  McpToolDefinition
+} from "../../src/gen/agent/v1/agent_pb.js"
+
+type LsNodeInit = MessageInitShape<typeof LsDirectoryTreeNodeSchema>
+type GrepUnionInit = MessageInitShape<typeof GrepUnionResultSchema>
+type ShellEventInit = NonNullable<MessageInitShape<typeof ShellStreamSchema>["event"]>
+import { BidiAppendRequestSchema, BidiRequestIdSchema } from "../../src/gen/aiserver/v1/aiserver_pb.js"
+
+// =============================================================================
+// Framing (the client's own, deliberately independent of src/transport/Connect.ts)
+// =============================================================================
+
+export const FLAG_COMPRESSED = 0x01
+export const FLAG_END_STREAM = 0x02
+
+/** One Connect envelope: flags, 4-byte big-endian length, payload. */
+export const envelope = (flags: number, payload: Uint8Array): Uint8Array => {
+  const out = new Uint8Array(5 + payload.length)
+  out[0] = flags
+  new DataView(out.buffer).setUint32(1, payload.length)
+  out.set(payload, 5)
+  return out
+}
+
+/** Lowercase hex, as Cursor writes `BidiAppendRequest.data`. */
+export const toHex = (bytes: Uint8Array): string => Buffer.from(bytes).toString("hex")
+
+export const sha256Hex = (bytes: Uint8Array): string => createHash("sha256").update(bytes).digest("hex")
+
+export type AgentClientMessageInit = MessageInitShape<typeof AgentClientMessageSchema>
+
+/** The body of a RunSSE request: one enveloped `BidiRequestId`. */
+export const runSseBody = (requestId: string): Uint8Array =>
+  envelope(0, toBinary(BidiRequestIdSchema, create(BidiRequestIdSchema, { requestId })))
+
+/** The body of a BidiAppend: a `BidiAppendRequest` with the hex of the client message. */
+export const bidiAppendBody = (requestId: string, appendSeqno: number | bigint, message: AgentClientMessageInit): Uint8Array =>
+  toBinary(BidiAppendRequestSchema, create(BidiAppendRequestSchema, {
+    data: toHex(toBinary(AgentClientMessageSchema, create(AgentClientMessageSchema, message))),
+    requestId: { requestId },
+    appendSeqno: BigInt(appendSeqno)
+  }))
+
+export interface RunRequestSpec {
+  readonly conversationId: string
+  readonly text: string
+  readonly model?: string
+  readonly mode?: "agent" | "ask" | "plan"
+  readonly messageId?: string
+  /** The last checkpoint the client holds (empty for a new chat). */
+  readonly conversationState?: ConversationStateStructure
+  readonly workspacePaths?: ReadonlyArray<string>
+  readonly mcpTools?: ReadonlyArray<MessageInitShape<typeof McpToolDefinitionSchema>>
+}
+
+const agentMode = (mode: RunRequestSpec["mode"]): AgentMode =>
+  mode === "ask" ? AgentMode.ASK : mode === "plan" ? AgentMode.PLAN : AgentMode.AGENT
+
+/** Seq 0 of a turn: the `run_request` with conversation id, requested model and the user message. */
+export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit => ({
+  message: {
+    case: "runRequest",
+    value: {
+      conversationId: spec.conversationId,
+      requestedModel: { modelId: spec.model ?? "fake-model" },
+      ...(spec.conversationState !== undefined ? { conversationState: spec.conversationState } : {}),
+      ...(spec.mcpTools !== undefined ? { mcpTools: { mcpTools: spec.mcpTools as Array<McpToolDefinition> } } : {}),
+      action: {
+        action: {
+          case: "userMessageAction",
+          value: {
+            userMessage: { text: spec.text, messageId: spec.messageId ?? randomUUID(), mode: agentMode(spec.mode) },
+            requestContext: { env: { workspacePaths: [...(spec.workspacePaths ?? [])] } }
+          }
+        }
+      }
+    }
+  }
+})
+
+export const userMessageAction = (text: string, mode: RunRequestSpec["mode"] = "agent", messageId: string = randomUUID()): AgentClientMessageInit => ({
+  message: {
+    case: "conversationAction",
+    value: { action: { case: "userMessageAction", value: { userMessage: { text, messageId, mode: agentMode(mode) } } } }
+  }
+})
+
+export const cancelAction = (reason = "user_stopped_generation"): AgentClientMessageInit => ({
+  message: { case: "conversationAction", value: { action: { case: "cancelAction", value: { reason } } } }
+})
+
+export const clientHeartbeat = (): AgentClientMessageInit => ({ message: { case: "clientHeartbeat", value: {} } })
+
+// =============================================================================
+// Transcript
+// =============================================================================
+
+export interface UsageNumbers {
+  readonly input: number
+  readonly output: number
+  readonly cacheRead: number
+  readonly cacheWrite: number
+  readonly reasoning: number
+}
+
+/** A server message reduced to what a test compares: plain data, no times. */
+export type FrameEvent =
+  | { readonly kind: "text_delta"; readonly text: string }
+  | { readonly kind: "thinking_delta"; readonly text: string }
+  | { readonly kind: "thinking_completed" }
+  | { readonly kind: "partial_tool_call"; readonly callId: string; readonly tool: string | undefined; readonly argsTextDelta: string }
+  | { readonly kind: "tool_call_started"; readonly callId: string; readonly tool: string | undefined }
+  | { readonly kind: "tool_call_delta"; readonly callId: string; readonly stream: string | undefined; readonly content: string }
+  | { readonly kind: "tool_call_completed"; readonly callId: string; readonly tool: string | undefined; readonly result: string | undefined }
+  | { readonly kind: "exec"; readonly id: number; readonly execId: string; readonly exec: string | undefined }
+  | { readonly kind: "exec_abort"; readonly id: number }
+  | { readonly kind: "kv_set"; readonly id: number; readonly blobId: string }
+  | { readonly kind: "kv_get"; readonly id: number; readonly blobId: string }
+  | { readonly kind: "checkpoint"; readonly turns: number }
+  | { readonly kind: "turn_ended"; readonly usage: UsageNumbers }
+  | { readonly kind: "user_message_appended"; readonly text: string }
+  | { readonly kind: "heartbeat" }
+  | { readonly kind: "step_started" }
+  | { readonly kind: "step_completed" }
+  | { readonly kind: "interaction_query"; readonly id: number }
+  | { readonly kind: "other"; readonly what: string }
+
+export interface Frame {
+  /** `performance.now()` when the frame's last byte arrived. */
+  readonly at: number
+  /** Which RunSSE connection of the turn delivered it (1 = the first). */
+  readonly connection: number
+  readonly event: FrameEvent
+  readonly message: AgentServerMessage
+}
+
+export interface Transcript {
+  readonly requestId: string
+  readonly conversationId: string
+  /** Frames of the last RunSSE connection (the one that saw the end), in arrival order. */
+  readonly frames: ReadonlyArray<Frame>
+  /** Frames per connection, for reconnect tests. */
+  readonly connections: ReadonlyArray<ReadonlyArray<Frame>>
+  /** `frames` without heartbeats, as plain data. */
+  readonly events: ReadonlyArray<FrameEvent>
+  /** The end-stream outcome; undefined when the stream ended without one (see `problems`). */
+  readonly end: Dialect.EndStream | undefined
+  readonly endAt: number | undefined
+  /** Concatenated `text_delta`s (server notices included). */
+  readonly text: string
+  readonly thinking: string
+  readonly checkpoints: ReadonlyArray<ConversationStateStructure>
+  readonly usage: UsageNumbers | undefined
+  /** Every append sent: seqno, what it carried, the HTTP status. */
+  readonly appends: ReadonlyArray<AppendRecord>
+  /** Anything a real client would have choked on: a failed append, a bad blob id, a stream without end... */
+  readonly problems: ReadonlyArray<string>
+  /** Response headers of the last RunSSE connection. */
+  readonly responseHeaders: http.IncomingHttpHeaders
+  readonly startedAt: number
+}
+
+export interface AppendRecord {
+  readonly seqno: number
+  readonly what: string
+  readonly status: number
+  readonly sentAt: number
+  readonly answeredAt: number
+}
+
+const num = (value: bigint | undefined): number => Number(value ?? 0n)
+
+/** The comparable view of one server message. */
+export const frameEvent = (message: AgentServerMessage): FrameEvent => {
+  const m = message.message
+  switch (m.case) {
+    case "interactionUpdate": {
+      const u = m.value.message
+      switch (u.case) {
+        case "textDelta":
+          return { kind: "text_delta", text: u.value.text }
+        case "thinkingDelta":
+          return { kind: "thinking_delta", text: u.value.text }
+        case "thinkingCompleted":
+          return { kind: "thinking_completed" }
+        case "partialToolCall":
+          return { kind: "partial_tool_call", callId: u.value.callId, tool: u.value.toolCall?.tool.case, argsTextDelta: u.value.argsTextDelta }
+        case "toolCallStarted":
+          return { kind: "tool_call_started", callId: u.value.callId, tool: u.value.toolCall?.tool.case }
+        case "toolCallDelta": {
+          const delta = u.value.toolCallDelta?.delta
+          if (delta?.case === "shellToolCallDelta") {
+            const stream = delta.value.delta
+            return { kind: "tool_call_delta", callId: u.value.callId, stream: stream.case, content: stream.value?.content ?? "" }
+          }
+          return { kind: "tool_call_delta", callId: u.value.callId, stream: delta?.case, content: "" }
+        }
+        case "toolCallCompleted": {
+          const tool = u.value.toolCall?.tool
+          const result = tool?.value !== undefined && "result" in tool.value
+            ? (tool.value.result as { result?: { case?: string } } | undefined)?.result?.case
+            : undefined
+          return { kind: "tool_call_completed", callId: u.value.callId, tool: tool?.case, result }
+        }
+        case "turnEnded":
+          return {
+            kind: "turn_ended",
+            usage: {
+              input: num(u.value.inputTokens),
+              output: num(u.value.outputTokens),
+              cacheRead: num(u.value.cacheReadTokens),
+              cacheWrite: num(u.value.cacheWriteTokens),
+              reasoning: num(u.value.reasoningTokens)
+            }
+          }
+        case "userMessageAppended":
+          return { kind: "user_message_appended", text: u.value.userMessage?.text ?? "" }
+        case "heartbeat":
+          return { kind: "heartbeat" }
+        case "stepStarted":
+          return { kind: "step_started" }
+        case "stepCompleted":
+          return { kind: "step_completed" }
+        default:
+          return { kind: "other", what: `interactionUpdate.${u.case}` }
+      }
+    }
+    case "execServerMessage":
+      return { kind: "exec", id: m.value.id, execId: m.value.execId, exec: m.value.message.case }
+    case "execServerControlMessage":
+      return m.value.message.case === "abort" ? { kind: "exec_abort", id: m.value.message.value.id } : { kind: "other", what: "execServerControlMessage" }
+    case "kvServerMessage": {
+      const kv = m.value.message
+      if (kv.case === "setBlobArgs") return { kind: "kv_set", id: m.value.id, blobId: toHex(kv.value.blobId) }
+      if (kv.case === "getBlobArgs") return { kind: "kv_get", id: m.value.id, blobId: toHex(kv.value.blobId) }
+      return { kind: "other", what: "kvServerMessage" }
+    }
+    case "conversationCheckpointUpdate":
+      return { kind: "checkpoint", turns: m.value.turns.length }
+    case "interactionQuery":
+      return { kind: "interaction_query", id: m.value.id }
+    case undefined:
+      return { kind: "other", what: "empty" }
+  }
+}
+
+// =============================================================================
+// Workspaces: who answers the execs
+// =============================================================================
+
+/** One answer to an exec: an `ExecClientMessage` case (sent as its own append), or a client-side failure. */
+export type ExecAnswer =
+  | NonNullable<MessageInitShape<typeof ExecClientMessageSchema>["message"]>
+  | { readonly case: "throw"; readonly error: string }
+
+export interface Workspace {
+  /**
+   * The answers to one exec, in order (a shell stream yields start, output chunks, exit). The
+   * client sends each as an append, then `exec_client_control_message.stream_close`. `signal`
+   * fires when the server aborts the exec.
+   */
+  readonly answer: (exec: ExecServerMessage, signal: AbortSignal) => AsyncIterable<ExecAnswer>
+}
+
+/** A workspace that answers from a function (return the answers, or a promise of them). */
+export const scriptedWorkspace = (
+  handler: (exec: ExecServerMessage, signal: AbortSignal) => ReadonlyArray<ExecAnswer> | Promise<ReadonlyArray<ExecAnswer>>
+): Workspace => ({
+  answer: async function*(exec, signal) {
+    yield* await handler(exec, signal)
+  }
+})
+
+/** A small async queue bridging callbacks (child process events) into an async iterable. */
+const asyncQueue = <A>() => {
+  const items: Array<A> = []
+  let ended = false
+  let wake: (() => void) | undefined
+  return {
+    push: (item: A) => {
+      items.push(item)
+      wake?.()
+    },
+    end: () => {
+      ended = true
+      wake?.()
+    },
+    iterate: async function*(): AsyncIterable<A> {
+      while (true) {
+        const item = items.shift()
+        if (item !== undefined) {
+          yield item
+          continue
+        }
+        if (ended) return
+        await new Promise<void>((r) => (wake = r))
+        wake = undefined
+      }
+    }
+  }
+}
+
+/** Glob to RegExp: `**` any depth, `*` within a segment, `?` one character, `{a,b}` alternatives. */
+export const globToRegExp = (glob: string): RegExp => {
+  let source = ""
+  let braces = 0
+  for (let i = 0; i < glob.length; i++) {
+    const c = glob[i]!
+    if (c === "*") {
+      if (glob[i + 1] === "*") {
+        source += glob[i + 2] === "/" ? "(?:.*/)?" : ".*"
+        i += glob[i + 2] === "/" ? 2 : 1
+      } else source += "[^/]*"
+    } else if (c === "?") source += "[^/]"
+    else if (c === "{") {
+      braces++
+      source += "(?:"
+    } else if (c === "}" && braces > 0) {
+      braces--
+      source += ")"
+    } else if (c === "," && braces > 0) source += "|"
+    else source += c.replace(/[.+^$()|[\]\\{}]/g, "\\$&")
+  }
+  return new RegExp(`^${source}$`)
+}
+
+const SKIPPED_DIRS = new Set([".git", "node_modules"])
+
+const lineCount = (content: string): number =>
+  content === "" ? 0 : content.split("\n").length - (content.endsWith("\n") ? 1 : 0)
+
+/**
+ * A real workspace in a directory: read, write, delete, ls, grep (and glob as grep), and
+ * shell commands run with `node:child_process` in the directory, streamed as Cursor does.
+ */
+export class LocalWorkspace implements Workspace {
+  constructor(readonly root: string) {}
+
+  path(path: string): string {
+    return isAbsolute(path) ? path : resolve(this.root, path)
+  }
+
+  answer(exec: ExecServerMessage, signal: AbortSignal): AsyncIterable<ExecAnswer> {
+    const self = this
+    const m = exec.message
+    switch (m.case) {
+      case "readArgs":
+      case "redactedReadArgs":
+        return single(self.read(m.value.path, m.value.offset, m.value.limit))
+      case "writeArgs":
+        return single(self.write(m.value.path, m.value.fileText, m.value.fileBytes, m.value.returnFileContentAfterWrite))
+      case "deleteArgs":
+        return single(self.remove(m.value.path))
+      case "lsArgs":
+        return single(self.ls(m.value.path, m.value.ignore))
+      case "grepArgs":
+        return single(self.grep(m.value))
+      case "shellStreamArgs":
+      case "shellArgs":
+        return self.shell(m.value.command, m.value.workingDirectory, signal)
+      default:
+        return single(Promise.resolve({ case: "throw" as const, error: `this workspace does not run ${m.case}` }))
+    }
+  }
+
+  async read(path: string, offset: number | undefined, limit: number | undefined): Promise<ExecAnswer> {
+    const full = this.path(path)
+    try {
+      const content = await readFile(full, "utf8")
+      const size = (await stat(full)).size
+      const total = lineCount(content)
+      let output = content
+      const ranged = offset !== undefined || limit !== undefined
+      if (ranged) {
+        const lines = content.split("\n")
+        const first = Math.max(1, offset ?? 1)
+        output = lines.slice(first - 1, limit !== undefined ? first - 1 + limit : undefined).join("\n")
+      }
+      return {
+        case: "readResult",
+        value: { result: { case: "success", value: { path, totalLines: total, fileSize: BigInt(size), truncated: false, rangeApplied: ranged, output: { case: "content", value: output } } } }
+      }
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code
+      if (code === "ENOENT") return { case: "readResult", value: { result: { case: "fileNotFound", value: { path } } } }
+      return { case: "readResult", value: { result: { case: "error", value: { path, error: String((error as Error).message) } } } }
+    }
+  }
+
+  async write(path: string, text: string, bytes: Uint8Array, returnContent: boolean): Promise<ExecAnswer> {
+    const full = this.path(path)
+    try {
+      await mkdir(dirname(full), { recursive: true })
+      const data = bytes.length > 0 ? bytes : Buffer.from(text, "utf8")
+      await writeFile(full, data)
+      return {
+        case: "writeResult",
+        value: {
+          result: {
+            case: "success",
+            value: { path, linesCreated: lineCount(text), fileSize: data.length, ...(returnContent ? { fileContentAfterWrite: text } : {}) }
+          }
+        }
+      }
+    } catch (error) {
+      return { case: "writeResult", value: { result: { case: "error", value: { path, error: String((error as Error).message) } } } }
+    }
+  }
+
+  async remove(path: string): Promise<ExecAnswer> {
+    const full = this.path(path)
+    try {
+      const info = await stat(full)
+      if (info.isDirectory()) return { case: "deleteResult", value: { result: { case: "notFile", value: { path, actualType: "directory" } } } }
+      const prevContent = await readFile(full, "utf8")
+      await unlink(full)
+      return { case: "deleteResult", value: { result: { case: "success", value: { path, deletedFile: path, fileSize: BigInt(info.size), prevContent } } } }
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return { case: "deleteResult", value: { result: { case: "fileNotFound", value: { path } } } }
+      return { case: "deleteResult", value: { result: { case: "error", value: { path, error: String((error as Error).message) } } } }
+    }
+  }
+
+  async ls(path: string, ignore: ReadonlyArray<string>): Promise<ExecAnswer> {
+    const ignored = ignore.map(globToRegExp)
+    const walk = async (dir: string, depth: number): Promise<LsNodeInit> => {
+      const entries = (await readdir(dir, { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : 1))
+      const childrenDirs: Array<LsNodeInit> = []
+      const childrenFiles: Array<{ name: string }> = []
+      let numFiles = 0
+      for (const entry of entries) {
+        if (SKIPPED_DIRS.has(entry.name) || ignored.some((re) => re.test(entry.name))) continue
+        if (entry.isDirectory()) {
+          const child = depth < 5 ? await walk(join(dir, entry.name), depth + 1) : { absPath: join(dir, entry.name), childrenWereProcessed: false }
+          numFiles += child.numFiles ?? 0
+          childrenDirs.push(child)
+        } else {
+          childrenFiles.push({ name: entry.name })
+          numFiles++
+        }
+      }
+      return { absPath: dir, childrenDirs, childrenFiles, childrenWereProcessed: true, numFiles }
+    }
+    try {
+      const root: LsNodeInit = await walk(this.path(path || "."), 0)
+      return { case: "lsResult", value: { result: { case: "success", value: { directoryTreeRoot: root as LsDirectoryTreeNode } } } }
+    } catch (error) {
+      return { case: "lsResult", value: { result: { case: "error", value: { path, error: String((error as Error).message) } } } }
+    }
+  }
+
+  private async files(dir: string): Promise<Array<string>> {
+    const out: Array<string> = []
+    const walk = async (current: string) => {
+      const info = await stat(current)
+      if (!info.isDirectory()) {
+        out.push(current)
+        return
+      }
+      for (const entry of (await readdir(current, { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+        if (SKIPPED_DIRS.has(entry.name)) continue
+        await walk(join(current, entry.name))
+      }
+    }
+    await walk(dir)
+    return out
+  }
+
+  async grep(args: { readonly pattern: string; readonly path?: string | undefined; readonly glob?: string | undefined; readonly outputMode?: string | undefined; readonly caseInsensitive?: boolean | undefined }): Promise<ExecAnswer> {
+    const base = this.path(args.path || ".")
+    const fail = (error: string): ExecAnswer => ({ case: "grepResult", value: { result: { case: "error", value: { error } } } })
+    let regex: RegExp | undefined
+    try {
+      regex = args.pattern === "" ? undefined : new RegExp(args.pattern, args.caseInsensitive === true ? "i" : "")
+    } catch (error) {
+      return fail(`bad pattern: ${(error as Error).message}`)
+    }
+    const globRe = args.glob !== undefined && args.glob !== "" ? globToRegExp(args.glob) : undefined
+    let all: Array<string>
+    try {
+      all = await this.files(base)
+    } catch (error) {
+      return fail(String((error as Error).message))
+    }
+    const shown = (file: string) => relative(this.root, file)
+    const candidates = all.filter((file) => {
+      if (globRe === undefined) return true
+      const rel = relative(base, file)
+      return globRe.test(rel) || globRe.test(rel.split("/").pop() ?? rel)
+    })
+    const mode = args.outputMode || "content"
+    const matches: Array<{ file: string; matches: Array<{ lineNumber: number; content: string }> }> = []
+    for (const file of candidates) {
+      if (regex === undefined) {
+        matches.push({ file: shown(file), matches: [] })
+        continue
+      }
+      const lines = (await readFile(file, "utf8")).split("\n")
+      const hits = lines.flatMap((line, i) => (regex.test(line) ? [{ lineNumber: i + 1, content: line }] : []))
+      if (hits.length > 0) matches.push({ file: shown(file), matches: hits })
+    }
+    const union: GrepUnionInit = regex === undefined || mode === "files_with_matches"
+      ? { result: { case: "files", value: { files: matches.map((m) => m.file), totalFiles: matches.length } } }
+      : mode === "count"
+      ? { result: { case: "count", value: { totalFiles: matches.length, totalMatches: matches.reduce((n, m) => n + m.matches.length, 0) } } }
+      : {
+        result: {
+          case: "content",
+          value: {
+            matches,
+            totalLines: matches.reduce((n, m) => n + m.matches.length, 0),
+            totalMatchedLines: matches.reduce((n, m) => n + m.matches.length, 0)
+          }
+        }
+      }
+    return {
+      case: "grepResult",
+      value: { result: { case: "success", value: { pattern: args.pattern, path: args.path ?? "", outputMode: mode, workspaceResults: { [this.root]: union } } } }
+    }
+  }
+
+  shell(command: string, workingDirectory: string, signal: AbortSignal): AsyncIterable<ExecAnswer> {
+    const queue = asyncQueue<ExecAnswer>()
+    const cwd = this.path(workingDirectory || ".")
+    const stream = (event: ShellEventInit): ExecAnswer =>
+      ({ case: "shellStream", value: { event } })
+    const child = spawn("/bin/sh", ["-c", command], { cwd, stdio: ["ignore", "pipe", "pipe"] })
+    let aborted = false
+    const onAbort = () => {
+      aborted = true
+      child.kill("SIGKILL")
+    }
+    signal.addEventListener("abort", onAbort, { once: true })
+    queue.push(stream({ case: "start", value: {} }))
+    child.stdout.setEncoding("utf8").on("data", (data: string) => queue.push(stream({ case: "stdout", value: { data } })))
+    child.stderr.setEncoding("utf8").on("data", (data: string) => queue.push(stream({ case: "stderr", value: { data } })))
+    child.on("error", (error) => {
+      signal.removeEventListener("abort", onAbort)
+      queue.push({ case: "throw", error: String(error.message) })
+      queue.end()
+    })
+    child.on("close", (code) => {
+      signal.removeEventListener("abort", onAbort)
+      queue.push(stream({ case: "exit", value: { code: code ?? (aborted ? 137 : 1), cwd, aborted } }))
+      queue.end()
+    })
+    return queue.iterate()
+  }
+}
+
+const single = (answer: Promise<ExecAnswer>): AsyncIterable<ExecAnswer> => ({
+  [Symbol.asyncIterator]: async function*() {
+    yield await answer
+  }
+})
+
+// =============================================================================
+// Append delivery
+// =============================================================================
+
+/**
+ * How appends reach the server. `concurrent` (Cursor): each POST as soon as the message exists,
+ * up to `appendConcurrency` in flight. `sequential`: one at a time in seqno order. `shuffled`:
+ * the appends produced together (one burst, e.g. a shell stream's events) go out one at a time
+ * in a seeded random order, and about `duplicateRate` of them are sent twice.
+ */
+export type Delivery =
+  | { readonly _tag: "concurrent" }
+  | { readonly _tag: "sequential" }
+  | { readonly _tag: "shuffled"; readonly seed: number; readonly duplicateRate: number }
+
+/** A small seeded PRNG (mulberry32): reproducible shuffles. */
+export const seededRandom = (seed: number) => {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+// =============================================================================
+// The client
+// =============================================================================
+
+export interface CursorClientOptions {
+  /** `http://127.0.0.1:<port>` */
+  readonly baseUrl: string
+  /** Answers execs; without one every exec is answered with a client `throw`. */
+  readonly workspace?: Workspace
+  /** Sends `client_heartbeat` this often during a turn; 0 or absent: off. */
+  readonly heartbeatMs?: number
+  readonly delivery?: Delivery
+  readonly appendConcurrency?: number
+  /** A turn that has not ended after this long resolves with a problem (default 20 s). */
+  readonly turnTimeoutMs?: number
+  /** A unary POST (an append) not answered after this long fails (default 15 s). */
+  readonly requestTimeoutMs?: number
+  /** Echo `exec_id` in exec answers (the IDE does not). */
+  readonly echoExecId?: boolean
+  readonly extraHeaders?: Readonly<Record<string, string>>
+}
+
+export interface TurnOptions extends RunRequestSpec {
+  readonly requestId?: string
+  /**
+   * Which of RunSSE and the run_request reaches the server first: `concurrent` (Cursor: both
+   * at once), `runSseFirst` (the run request after RunSSE's response headers, which the
+   * server sends with its first frame, so use a short server heartbeat), or
+   * `runRequestFirst` (RunSSE after the run request's append was acknowledged).
+   */
+  readonly order?: "concurrent" | "runSseFirst" | "runRequestFirst"
+}
+
+export interface RawResponse {
+  readonly status: number
+  readonly headers: http.IncomingHttpHeaders
+  readonly body: Uint8Array
+}
+
+export class CursorClient {
+  readonly agent: http.Agent
+  /** Every blob the server stored on this client, by hex id. */
+  readonly blobs = new Map<string, Uint8Array>()
+  private readonly url: URL
+
+  constructor(readonly options: CursorClientOptions) {
+    this.url = new URL(options.baseUrl)
+    this.agent = new http.Agent({ keepAlive: true, maxSockets: 64 })
+  }
+
+  /** Starts a turn: a new request id, RunSSE, and the run_request as seq 0. */
+  turn(options: TurnOptions): Turn {
+    return new Turn(this, options)
+  }
+
+  /** Runs a whole turn and returns its transcript. */
+  run(options: TurnOptions): Promise<Transcript> {
+    return this.turn(options).done
+  }
+
+  /** One unary POST (BidiAppend and the model/config RPCs). */
+  post(path: string, body: Uint8Array, headers: Readonly<Record<string, string>> = {}): Promise<RawResponse> {
+    return new Promise((resolvePost, reject) => {
+      const request = http.request({
+        host: this.url.hostname,
+        port: this.url.port,
+        path,
+        method: "POST",
+        agent: this.agent,
+        headers: { "content-type": "application/proto", "connect-protocol-version": "1", ...this.options.extraHeaders, ...headers, "content-length": String(body.length) }
+      }, (response) => {
+        const chunks: Array<Buffer> = []
+        response.on("data", (chunk: Buffer) => chunks.push(chunk))
+        response.on("end", () => resolvePost({ status: response.statusCode ?? 0, headers: response.headers, body: new Uint8Array(Buffer.concat(chunks)) }))
+        response.on("error", reject)
+      })
+      request.setTimeout(this.options.requestTimeoutMs ?? 15_000, () => request.destroy(new Error(`no answer to POST ${path} within the request timeout`)))
+      request.on("error", reject)
+      request.end(body)
+    })
+  }
+
+  /** A BidiAppend of `message` with an explicit seqno (tests of ordering and bad input). */
+  append(requestId: string, appendSeqno: number | bigint, message: AgentClientMessageInit): Promise<RawResponse> {
+    return this.post("/aiserver.v1.BidiService/BidiAppend", bidiAppendBody(requestId, appendSeqno, message), { "x-request-id": requestId })
+  }
+
+  close(): void {
+    this.agent.destroy()
+  }
+}
+
+interface Connection {
+  readonly number: number
+  readonly frames: Array<Frame>
+  request: http.ClientRequest | undefined
+  headers: http.IncomingHttpHeaders
+  finished: boolean
+}
+
+type Waiter = { readonly predicate: (frame: Frame) => boolean; readonly resolve: (frame: Frame) => void }
+
+interface BurstItem {
+  readonly seqno: number
+  readonly message: AgentClientMessageInit
+  readonly what: string
+  /** With the status of the first delivery (a duplicate resolves nothing new). */
+  readonly resolve: (status: number) => void
+}
+
+/** One Cursor turn: a request id, its RunSSE connection(s) and its appends. */
+export class Turn {
+  readonly requestId: string
+  readonly conversationId: string
+  readonly done: Promise<Transcript>
+  readonly startedAt = performance.now()
+  private resolveDone!: (transcript: Transcript) => void
+  private nextSeqno = 0
+  private readonly connections: Array<Connection> = []
+  private readonly appends: Array<AppendRecord> = []
+  private readonly problems: Array<string> = []
+  private readonly answeredExecs = new Set<number>()
+  private readonly answeredKv = new Set<number>()
+  private readonly aborts = new Map<number, AbortController>()
+  private readonly waiters: Array<Waiter> = []
+  private readonly appendWaiters: Array<{ readonly predicate: (record: AppendRecord) => boolean; readonly resolve: (record: AppendRecord) => void }> = []
+  private end: Dialect.EndStream | undefined
+  private endAt: number | undefined
+  private finished = false
+  private heartbeat: ReturnType<typeof setInterval> | undefined
+  private timeout: ReturnType<typeof setTimeout> | undefined
+  private inFlight = 0
+  private readonly queued: Array<() => void> = []
+  /** Every append POST not answered yet: the transcript waits for them. */
+  private readonly unanswered = new Set<Promise<number>>()
+  private burst: Array<BurstItem> = []
+  private burstChain: Promise<void> = Promise.resolve()
+  private readonly random: () => number
+
+  constructor(readonly client: CursorClient, readonly options: TurnOptions) {
+    this.requestId = options.requestId ?? randomUUID()
+    this.conversationId = options.conversationId
+    this.done = new Promise((r) => (this.resolveDone = r))
+    const delivery = client.options.delivery
+    this.random = seededRandom(delivery?._tag === "shuffled" ? delivery.seed : 1)
+    this.timeout = setTimeout(() => this.finish(`the turn did not end within ${client.options.turnTimeoutMs ?? 20_000} ms`), client.options.turnTimeoutMs ?? 20_000)
+    const heartbeatMs = client.options.heartbeatMs ?? 0
+    if (heartbeatMs > 0) this.heartbeat = setInterval(() => void this.send(clientHeartbeat()), heartbeatMs)
+    void this.begin(options.order ?? "concurrent")
+  }
+
+  private async begin(order: NonNullable<TurnOptions["order"]>) {
+    const run = runRequestMessage({ ...this.options, workspacePaths: this.options.workspacePaths ?? (this.client.options.workspace instanceof LocalWorkspace ? [this.client.options.workspace.root] : []) })
+    switch (order) {
+      case "concurrent":
+        this.openRunSse()
+        void this.send(run)
+        return
+      case "runSseFirst":
+        await this.openRunSse()
+        void this.send(run)
+        return
+      case "runRequestFirst":
+        await this.send(run)
+        this.openRunSse()
+        return
+    }
+  }
+
+  /** Frames of the current connection so far. */
+  get frames(): ReadonlyArray<Frame> {
+    return this.connections[this.connections.length - 1]?.frames ?? []
+  }
+
+  /** Resolves with the first frame (already received or to come) that matches; rejects after `timeoutMs`. */
+  waitFor(predicate: (frame: Frame) => boolean, timeoutMs = 10_000): Promise<Frame> {
+    const seen = this.frames.find(predicate)
+    if (seen !== undefined) return Promise.resolve(seen)
+    return new Promise((resolveWait, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no matching frame within ${timeoutMs} ms`)), timeoutMs)
+      this.waiters.push({ predicate, resolve: (frame) => {
+        clearTimeout(timer)
+        resolveWait(frame)
+      } })
+    })
+  }
+
+  /** Resolves with the first append (already answered or to come) that matches; rejects after `timeoutMs`. */
+  waitForAppend(predicate: (record: AppendRecord) => boolean, timeoutMs = 10_000): Promise<AppendRecord> {
+    const seen = this.appends.find(predicate)
+    if (seen !== undefined) return Promise.resolve(seen)
+    return new Promise((resolveWait, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no matching append within ${timeoutMs} ms`)), timeoutMs)
+      this.appendWaiters.push({ predicate, resolve: (record) => {
+        clearTimeout(timer)
+        resolveWait(record)
+      } })
+    })
+  }
+
+  private recordAppend(record: AppendRecord) {
+    this.appends.push(record)
+    for (const waiter of this.appendWaiters.filter((w) => w.predicate(record))) {
+      this.appendWaiters.splice(this.appendWaiters.indexOf(waiter), 1)
+      waiter.resolve(record)
+    }
+  }
+
+  /** Sends a client message as the next append; resolves with the HTTP status once acknowledged. */
+  send(message: AgentClientMessageInit): Promise<number> {
+    const seqno = this.nextSeqno++
+    const what = describeClientMessage(message)
+    const delivery = this.client.options.delivery ?? { _tag: "concurrent" }
+    if (delivery._tag === "shuffled") {
+      return new Promise((resolveSent) => {
+        this.burst.push({ seqno, message, what, resolve: resolveSent })
+        // Everything produced before the next macrotask is one burst.
+        if (this.burst.length === 1) {
+          setImmediate(() => {
+            const burst = this.burst
+            this.burst = []
+            this.burstChain = this.burstChain.then(() => this.deliverShuffled(burst, delivery.duplicateRate))
+          })
+        }
+      })
+    }
+    if (delivery._tag === "sequential") {
+      const sent = this.burstChain.then(() => this.post(seqno, message, what))
+      this.burstChain = sent.then(() => undefined)
+      return sent
+    }
+    return this.limited(() => this.post(seqno, message, what))
+  }
+
+  private async deliverShuffled(burst: ReadonlyArray<BurstItem>, duplicateRate: number) {
+    const order = [...burst]
+    for (let i = order.length - 1; i > 0; i--) {
+      const j = Math.floor(this.random() * (i + 1))
+      ;[order[i], order[j]] = [order[j]!, order[i]!]
+    }
+    const withDuplicates = order.flatMap((item) => (this.random() < duplicateRate ? [item, item] : [item]))
+    for (const item of withDuplicates) item.resolve(await this.post(item.seqno, item.message, item.what))
+  }
+
+  private limited<A>(task: () => Promise<A>): Promise<A> {
+    const limit = this.client.options.appendConcurrency ?? 16
+    return new Promise<A>((resolveTask, reject) => {
+      const start = () => {
+        this.inFlight++
+        task().then(resolveTask, reject).finally(() => {
+          this.inFlight--
+          this.queued.shift()?.()
+        })
+      }
+      if (this.inFlight < limit) start()
+      else this.queued.push(start)
+    })
+  }
+
+  private post(seqno: number, message: AgentClientMessageInit, what: string): Promise<number> {
+    const posted = this.postOnce(seqno, message, what)
+    this.unanswered.add(posted)
+    void posted.finally(() => this.unanswered.delete(posted))
+    return posted
+  }
+
+  private async postOnce(seqno: number, message: AgentClientMessageInit, what: string): Promise<number> {
+    const sentAt = performance.now()
+    try {
+      const response = await this.client.append(this.requestId, seqno, message)
+      this.recordAppend({ seqno, what, status: response.status, sentAt, answeredAt: performance.now() })
+      if (response.status !== 200) this.problems.push(`append ${seqno} (${what}) answered ${response.status}: ${Buffer.from(response.body).toString("utf8")}`)
+      return response.status
+    } catch (error) {
+      this.recordAppend({ seqno, what, status: 0, sentAt, answeredAt: performance.now() })
+      this.problems.push(`append ${seqno} (${what}) failed: ${(error as Error).message}`)
+      return 0
+    }
+  }
+
+  sendUserMessage(text: string, mode: RunRequestSpec["mode"] = "agent"): Promise<number> {
+    return this.send(userMessageAction(text, mode))
+  }
+
+  cancel(reason = "user_stopped_generation"): Promise<number> {
+    return this.send(cancelAction(reason))
+  }
+
+  /** Drops the current RunSSE connection (the turn goes on on the server). */
+  disconnect(): void {
+    const current = this.connections[this.connections.length - 1]
+    if (current !== undefined) {
+      current.finished = true
+      current.request?.destroy()
+    }
+  }
+
+  /** Drops the current RunSSE connection and opens a new one with the same request id. */
+  reconnect(): Promise<void> {
+    this.disconnect()
+    return this.openRunSse()
+  }
+
+  /** Opens a RunSSE connection; resolves once its response headers arrived. */
+  private openRunSse(): Promise<void> {
+    const connection: Connection = { number: this.connections.length + 1, frames: [], request: undefined, headers: {}, finished: false }
+    this.connections.push(connection)
+    const body = runSseBody(this.requestId)
+    const url = new URL(this.client.options.baseUrl)
+    return new Promise((resolveOpen) => {
+      const request = http.request({
+        host: url.hostname,
+        port: url.port,
+        path: "/agent.v1.AgentService/RunSSE",
+        method: "POST",
+        agent: this.client.agent,
+        headers: {
+          "content-type": "application/connect+proto",
+          "connect-protocol-version": "1",
+          "x-request-id": this.requestId,
+          "x-cursor-streaming": "true",
+          ...this.client.options.extraHeaders,
+          "content-length": String(body.length)
+        }
+      }, (response) => {
+        connection.headers = response.headers
+        resolveOpen()
+        if (response.statusCode !== 200) this.problems.push(`RunSSE answered HTTP ${response.statusCode}`)
+        let buffer: Buffer = Buffer.alloc(0)
+        response.on("data", (chunk: Buffer) => {
+          if (connection.finished) return
+          const at = performance.now()
+          buffer = buffer.length === 0 ? chunk : Buffer.concat([buffer, chunk])
+          while (buffer.length >= 5) {
+            const length = buffer.readUInt32BE(1)
+            if (buffer.length < 5 + length) break
+            const flags = buffer[0]!
+            let payload = new Uint8Array(buffer.subarray(5, 5 + length))
+            buffer = buffer.subarray(5 + length)
+            if ((flags & FLAG_COMPRESSED) !== 0) payload = new Uint8Array(gunzipSync(payload))
+            this.onFrame(connection, flags, payload, at)
+          }
+        })
+        response.on("end", () => {
+          if (connection.finished) return
+          connection.finished = true
+          if (buffer.length > 0) this.problems.push(`RunSSE ended inside a frame (${buffer.length} bytes left)`)
+          this.finish("RunSSE ended without an end-stream frame")
+        })
+        response.on("error", () => undefined)
+      })
+      connection.request = request
+      request.on("error", (error) => {
+        resolveOpen()
+        if (connection.finished) return
+        connection.finished = true
+        this.finish(`RunSSE failed: ${error.message}`)
+      })
+      request.end(body)
+    })
+  }
+
+  private onFrame(connection: Connection, flags: number, payload: Uint8Array, at: number) {
+    if ((flags & FLAG_END_STREAM) !== 0) {
+      connection.finished = true
+      const end = Dialect.decodeEndStream(payload)
+      if (Either.isLeft(end)) this.problems.push(`bad end-stream frame: ${end.left.message}`)
+      else this.end = end.right
+      this.endAt = at
+      connection.request?.destroy()
+      this.finish(undefined)
+      return
+    }
+    let message: AgentServerMessage
+    try {
+      message = fromBinary(AgentServerMessageSchema, payload)
+    } catch (error) {
+      this.problems.push(`undecodable server frame: ${(error as Error).message}`)
+      return
+    }
+    const frame: Frame = { at, connection: connection.number, event: frameEvent(message), message }
+    connection.frames.push(frame)
+    for (const waiter of this.waiters.filter((w) => w.predicate(frame))) {
+      this.waiters.splice(this.waiters.indexOf(waiter), 1)
+      waiter.resolve(frame)
+    }
+    this.react(message)
+  }
+
+  /** What Cursor does with a server message: run execs, store blobs, stop aborted execs. */
+  private react(message: AgentServerMessage) {
+    const m = message.message
+    switch (m.case) {
+      case "execServerMessage": {
+        if (this.answeredExecs.has(m.value.id)) return // replayed after a reconnect
+        this.answeredExecs.add(m.value.id)
+        void this.runExec(m.value)
+        return
+      }
+      case "execServerControlMessage":
+        if (m.value.message.case === "abort") this.aborts.get(m.value.message.value.id)?.abort()
+        return
+      case "kvServerMessage": {
+        const id = m.value.id
+        const kv = m.value.message
+        if (this.answeredKv.has(id)) return
+        this.answeredKv.add(id)
+        if (kv.case === "setBlobArgs") {
+          const expected = sha256Hex(kv.value.blobData)
+          if (toHex(kv.value.blobId) !== expected) this.problems.push(`blob ${toHex(kv.value.blobId)} is not the SHA-256 of its data (${expected})`)
+          this.client.blobs.set(toHex(kv.value.blobId), kv.value.blobData)
+          void this.send({ message: { case: "kvClientMessage", value: { id, message: { case: "setBlobResult", value: {} } } } })
+        } else if (kv.case === "getBlobArgs") {
+          const data = this.client.blobs.get(toHex(kv.value.blobId))
+          void this.send({
+            message: {
+              case: "kvClientMessage",
+              value: { id, message: { case: "getBlobResult", value: data === undefined ? { error: { message: "blob not found" } } : { blobData: data } } }
+            }
+          })
+        }
+        return
+      }
+      default:
+        return
+    }
+  }
+
+  private async runExec(exec: ExecServerMessage) {
+    const workspace = this.client.options.workspace
+    const controller = new AbortController()
+    this.aborts.set(exec.id, controller)
+    const ids = { id: exec.id, ...(this.client.options.echoExecId === true ? { execId: exec.execId } : {}) }
+    try {
+      if (workspace === undefined) {
+        void this.send({ message: { case: "execClientControlMessage", value: { message: { case: "throw", value: { id: exec.id, error: "no workspace" } } } } })
+        return
+      }
+      for await (const answer of workspace.answer(exec, controller.signal)) {
+        if (answer.case === "throw") {
+          void this.send({ message: { case: "execClientControlMessage", value: { message: { case: "throw", value: { id: exec.id, error: answer.error } } } } })
+        } else {
+          void this.send({ message: { case: "execClientMessage", value: { ...ids, message: answer } } })
+        }
+      }
+    } catch (error) {
+      void this.send({ message: { case: "execClientControlMessage", value: { message: { case: "throw", value: { id: exec.id, error: String((error as Error).message) } } } } })
+    } finally {
+      this.aborts.delete(exec.id)
+    }
+    void this.send({ message: { case: "execClientControlMessage", value: { message: { case: "streamClose", value: { id: exec.id } } } } })
+  }
+
+  private finish(problem: string | undefined) {
+    if (this.finished) return
+    this.finished = true
+    if (problem !== undefined) this.problems.push(problem)
+    if (this.heartbeat !== undefined) clearInterval(this.heartbeat)
+    if (this.timeout !== undefined) clearTimeout(this.timeout)
+    for (const controller of this.aborts.values()) controller.abort()
+    for (const connection of this.connections) {
+      connection.finished = true
+      connection.request?.destroy()
+    }
+    // Let appends already produced (acks, stream closes) go out before the transcript is read.
+    void Promise.resolve().then(async () => {
+      await this.burstChain
+      while (this.unanswered.size > 0 || this.queued.length > 0) await Promise.allSettled([...this.unanswered])
+      this.resolveDone(this.transcript())
+    })
+  }
+
+  /** The transcript so far (complete once `done` resolved). */
+  transcript(): Transcript {
+    const frames = this.frames
+    const events = frames.map((f) => f.event).filter((e) => e.kind !== "heartbeat")
+    const turnEnded = [...events].reverse().find((e): e is Extract<FrameEvent, { kind: "turn_ended" }> => e.kind === "turn_ended")
+    return {
+      requestId: this.requestId,
+      conversationId: this.conversationId,
+      frames,
+      connections: this.connections.map((c) => c.frames),
+      events,
+      end: this.end,
+      endAt: this.endAt,
+      text: events.flatMap((e) => (e.kind === "text_delta" ? [e.text] : [])).join(""),
+      thinking: events.flatMap((e) => (e.kind === "thinking_delta" ? [e.text] : [])).join(""),
+      checkpoints: frames.flatMap((f) => (f.message.message.case === "conversationCheckpointUpdate" ? [f.message.message.value] : [])),
+      usage: turnEnded?.usage,
+      appends: [...this.appends].sort((a, b) => a.seqno - b.seqno),
+      problems: [...this.problems],
+      responseHeaders: this.connections[this.connections.length - 1]?.headers ?? {},
+      startedAt: this.startedAt
+    }
+  }
+}
+
+const describeClientMessage = (message: AgentClientMessageInit): string => {
+  const m = message.message
+  if (m === undefined || m.case === undefined) return "empty"
+  const value = m.value as { message?: { case?: string }; action?: { case?: string } }
+  const inner = value.message?.case ?? value.action?.case
+  return inner === undefined ? m.case : `${m.case}.${inner}`
+}

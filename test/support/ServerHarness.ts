@@ -1,0 +1,105 @@
+/**
+ * The real server on a loopback ephemeral port, for end-to-end tests: Effect's Node HTTP
+ * server with the transport's routes, the transport (sessions, ClientGateway), the runner, an
+ * in-memory Store and the scripted fake `Llm` of `FakeRuntime.ts`. Only the model is fake.
+ */
+import { HttpLayerRouter, HttpServer } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { Context, Effect, Exit, FiberRef, Layer, LogLevel, Ref, Scope } from "effect"
+import { createServer } from "node:http"
+import * as Dialect from "../../src/Dialect.js"
+import * as Runner from "../../src/Runner.js"
+import * as Store from "../../src/Store.js"
+import * as Tools from "../../src/Tools.js"
+import * as Transport from "../../src/Transport.js"
+import { makeFakeLlm } from "./FakeRuntime.js"
+import type { LlmCallRecord, Script } from "./FakeRuntime.js"
+
+export interface HarnessOptions {
+  /** What the fake model answers, one script per model call, in order. */
+  readonly scripts?: ReadonlyArray<Script>
+  /** Overrides of `Transport.defaultTransportOptions`. */
+  readonly transport?: Partial<Transport.TransportOptions>
+  /** Server log level (default: errors only, so fuzzing stays quiet). */
+  readonly logLevel?: LogLevel.LogLevel
+  /** A Store other than a private in-memory SQLite database. */
+  readonly store?: Layer.Layer<Store.Store, Store.StoreError>
+}
+
+export interface Harness {
+  readonly port: number
+  /** `http://127.0.0.1:<port>` */
+  readonly baseUrl: string
+  /** The fake model's calls so far, with their exact requests. */
+  readonly llmCalls: Effect.Effect<ReadonlyArray<LlmCallRecord>>
+  /** How many stalled model streams were interrupted (cancel). */
+  readonly llmInterrupted: Effect.Effect<number>
+  readonly store: Context.Tag.Service<Store.Store>
+  readonly transport: Context.Tag.Service<Transport.Transport>
+  readonly runner: Context.Tag.Service<Runner.Runner>
+}
+
+export const runnerOptions: Runner.RunnerOptions = {
+  policy: {
+    buildPrompt: () => "test system prompt",
+    buildTools: (context) => Tools.toolCatalog(Dialect.modeOfSettings(context.settings), Dialect.mcpToolsOf(context.settings)),
+    maxLlmCallsPerTurn: 20
+  },
+  classifyTool: (call) => {
+    const kind = Tools.kindOf(call.name, []) ?? "mcp"
+    return { kind, idempotent: Tools.isIdempotent(kind) }
+  },
+  interruptedResult: (call) => ({
+    role: "toolResult",
+    toolCallId: call.id,
+    toolName: call.name,
+    content: [{ type: "text", text: "Interrupted by a server restart; it may or may not have run." }],
+    isError: true
+  })
+}
+
+/** Test defaults: a short blob-ack timeout so a turn whose client went away ends quickly. */
+export const testTransportOptions = (overrides: Partial<Transport.TransportOptions> = {}): Transport.TransportOptions => ({
+  ...Transport.defaultTransportOptions,
+  blobAckTimeoutMs: 2_000,
+  ...overrides
+})
+
+/** Starts the server in the current scope; it stops when the scope closes. */
+export const make = (options: HarnessOptions = {}): Effect.Effect<Harness, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const llm = yield* makeFakeLlm(options.scripts ?? [])
+    const transportLayer = Transport.layer(testTransportOptions(options.transport))
+    const services = Layer.mergeAll(
+      HttpLayerRouter.serve(Transport.layerRoutes, { disableLogger: true, disableListenLog: true }),
+      Transport.layerBindRunner
+    ).pipe(
+      Layer.provideMerge(Runner.layer(runnerOptions)),
+      Layer.provideMerge(transportLayer),
+      Layer.provideMerge(Layer.merge(options.store ?? Store.layerMemory, llm.layer)),
+      Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" }))
+    )
+    const context = yield* Layer.build(services).pipe(
+      Effect.orDie,
+      Effect.locally(FiberRef.currentMinimumLogLevel, options.logLevel ?? LogLevel.Error)
+    )
+    const server = Context.get(context, HttpServer.HttpServer)
+    const address = server.address
+    if (address._tag !== "TcpAddress") return yield* Effect.dieMessage("the test server is not on TCP")
+    return {
+      port: address.port,
+      baseUrl: `http://127.0.0.1:${address.port}`,
+      llmCalls: Ref.get(llm.calls),
+      llmInterrupted: Ref.get(llm.interrupted),
+      store: Context.get(context, Store.Store),
+      transport: Context.get(context, Transport.Transport),
+      runner: Context.get(context, Runner.Runner)
+    }
+  })
+
+/** For benchmarks and scripts outside Effect: starts the server, returns it with a `close`. */
+export const start = async (options: HarnessOptions = {}): Promise<Harness & { readonly close: () => Promise<void> }> => {
+  const scope = Effect.runSync(Scope.make())
+  const harness = await Effect.runPromise(Scope.extend(make(options), scope))
+  return { ...harness, close: () => Effect.runPromise(Scope.close(scope, Exit.void)) }
+}
