@@ -94,6 +94,12 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
    * redeliveries (e.g. `requestId:appendSeqno`): an input already committed is skipped.
    */
   readonly submit: (conversationId: string, input: Input, inputId: string) => Effect.Effect<void>
+  /**
+   * Like `submit`, but completes only once the input has been applied (committed, found
+   * already committed, or ignored), so the caller can acknowledge it as durable. Never call it
+   * from inside the conversation's own processing (a gateway callback): that would wait on itself.
+   */
+  readonly submitAndWait: (conversationId: string, input: Input, inputId: string) => Effect.Effect<void>
   /** Resumes what a previous process left in flight; run once at startup. */
   readonly recover: Effect.Effect<RecoveryReport>
   /** Completes when the conversation has no actor (its inputs are all processed and no turn runs). */
@@ -103,7 +109,7 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
 type RecoveryOutcome = "reissued" | "resent" | "interrupted" | "none"
 
 type Envelope = Data.TaggedEnum<{
-  Apply: { readonly input: Input; readonly inputId: string | null }
+  Apply: { readonly input: Input; readonly inputId: string | null; readonly applied?: Deferred.Deferred<void> }
   /** Restart recovery: resume what the committed state says is in flight, then report what was done. */
   Resume: { readonly reply: Deferred.Deferred<RecoveryOutcome> }
 }>
@@ -428,7 +434,10 @@ export const make = (options: RunnerOptions) =>
           Stream.runFoldEffect(initial, (acc, envelopes) =>
             Effect.reduce(envelopes, acc, (current, envelope) =>
               Envelope.$match(envelope, {
-                Apply: ({ input, inputId }) => step(actor, current, input, inputId),
+                Apply: ({ applied, input, inputId }) =>
+                  applied === undefined
+                    ? step(actor, current, input, inputId)
+                    : step(actor, current, input, inputId).pipe(Effect.ensuring(Deferred.succeed(applied, undefined))),
                 Resume: ({ reply }) =>
                   resume(actor, current).pipe(Effect.flatMap((outcome) => Deferred.succeed(reply, outcome)), Effect.as(current))
               })).pipe(Effect.tap((next) => endWhenIdle(actor, next))))
@@ -479,6 +488,13 @@ export const make = (options: RunnerOptions) =>
     const submit = (conversationId: string, input: Input, inputId: string) =>
       deliver(conversationId, Envelope.Apply({ input, inputId }))
 
+    const submitAndWait = (conversationId: string, input: Input, inputId: string) =>
+      Effect.gen(function*() {
+        const applied = yield* Deferred.make<void>()
+        yield* deliver(conversationId, Envelope.Apply({ input, inputId, applied }))
+        yield* Deferred.await(applied)
+      })
+
     const recover = Effect.gen(function*() {
       const inFlight = yield* store.listInFlight().pipe(Effect.orDie)
       const conversations = new Set<string>([
@@ -509,7 +525,7 @@ export const make = (options: RunnerOptions) =>
         return actor === undefined ? Effect.void : Effect.zipRight(actor.done, awaitIdle(conversationId))
       })
 
-    return Runner.of({ submit, recover, awaitIdle })
+    return Runner.of({ submit, submitAndWait, recover, awaitIdle })
   })
 
 export const layer = (options: RunnerOptions): Layer.Layer<Runner, never, Store | Llm | ClientGateway> =>

@@ -181,6 +181,18 @@ export const make = (options: TransportOptions) =>
     const submit = (conversationId: string, input: Input, inputId: string) =>
       Effect.flatMap(Deferred.await(runnerReady), (runner) => runner.submit(conversationId, input, inputId))
 
+    /**
+     * For inputs that arrive in a BidiAppend: waits until the runner has committed the input,
+     * so that the append's acknowledgement means it survives a crash. Bounded: past the limit
+     * the append is acknowledged anyway (the input stays queued) rather than holding Cursor's
+     * request past its forward timeout.
+     */
+    const submitDurably = (conversationId: string, input: Input, inputId: string) =>
+      Effect.flatMap(Deferred.await(runnerReady), (runner) => runner.submitAndWait(conversationId, input, inputId)).pipe(
+        Effect.timeoutTo({ duration: Duration.millis(DURABLE_ACK_WAIT_MS), onSuccess: () => true, onTimeout: () => false }),
+        Effect.flatMap((applied) => applied ? Effect.void : Effect.logWarning(`transport: input ${inputId} not yet committed when acknowledged`))
+      )
+
     // -------------------------------------------------------------------------
     // Tool calls on the client
     // -------------------------------------------------------------------------
@@ -190,8 +202,12 @@ export const make = (options: TransportOptions) =>
       todos: session.todos
     })
 
-    /** Carries a tool machine's step out: an exec to send, a chunk to show, or the final result. */
-    const advance = (session: Session, operation: RunningOperation, step: ToolStep): Effect.Effect<void> =>
+    /**
+     * Carries a tool machine's step out: an exec to send, a chunk to show, or the final result.
+     * `fromClient` is true when an append drove it (its result is then committed before the
+     * append is acknowledged); false inside the runner's own dispatch, which must not wait on itself.
+     */
+    const advance = (session: Session, operation: RunningOperation, step: ToolStep, fromClient: boolean): Effect.Effect<void> =>
       Effect.gen(function*() {
         const ids = { toolCallId: operation.toolCallId, modelCallId: operation.modelCallId }
         switch (step._tag) {
@@ -214,7 +230,9 @@ export const make = (options: TransportOptions) =>
             if (outcome.todos !== undefined) session.todos = outcome.todos
             session.operations.delete(operation.operationId)
             yield* write(session, [Dialect.encodeToolCompleted(ids, outcome.cursor, { startedAtMs: operation.startedAtMs, completedAtMs })])
-            yield* submit(operation.conversationId, Input.ToolResult({ message: outcome.message }), `${operation.operationId}:result`)
+            const input = Input.ToolResult({ message: outcome.message })
+            const inputId = `${operation.operationId}:result`
+            yield* fromClient ? submitDurably(operation.conversationId, input, inputId) : submit(operation.conversationId, input, inputId)
             return
           }
         }
@@ -235,7 +253,7 @@ export const make = (options: TransportOptions) =>
         session.operations.set(operation.operationId, operation)
         const { started, step } = Tools.startTool(dispatched.toolCall, toolContext(session, turn))
         yield* write(session, [Dialect.encodeToolStarted({ toolCallId: operation.toolCallId, modelCallId: operation.modelCallId }, started, startedAtMs)])
-        yield* advance(session, operation, step)
+        yield* advance(session, operation, step, false)
       })
 
     /** An exec answer from the client: the running exec it belongs to, its tool machine's next step. */
@@ -254,7 +272,7 @@ export const make = (options: TransportOptions) =>
           return
         }
         if (finished) session.correlation = Dialect.completeExec(session.correlation, exec.id)
-        yield* advance(session, operation, next(operation.run))
+        yield* advance(session, operation, next(operation.run), true)
       })
 
     // -------------------------------------------------------------------------
@@ -272,9 +290,9 @@ export const make = (options: TransportOptions) =>
         case "UserMessage":
           return conversationId === undefined
             ? Effect.logWarning("transport: a follow-up message arrived before any run request; dropped")
-            : submit(conversationId, Input.UserMessage({ message: message.message }), inputId)
+            : submitDurably(conversationId, Input.UserMessage({ message: message.message }), inputId)
         case "Cancel":
-          return conversationId === undefined ? Effect.void : submit(conversationId, Input.Cancel({ reason: message.reason }), inputId)
+          return conversationId === undefined ? Effect.void : submitDurably(conversationId, Input.Cancel({ reason: message.reason }), inputId)
         case "ExecResult":
           return onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), true)
         case "ExecStream":
@@ -311,7 +329,7 @@ export const make = (options: TransportOptions) =>
             const { start } = run.action
             if (run.action.userMessageId !== "") session.turnKey = run.action.userMessageId
             const settings = { ...start.settings, options: { ...start.settings.options, requestId: session.requestId } }
-            yield* submit(conversationId, Input.Start({ ...start, settings }), inputIdOf(session, seqno))
+            yield* submitDurably(conversationId, Input.Start({ ...start, settings }), inputIdOf(session, seqno))
             return
           }
           case "Resume":
@@ -548,6 +566,9 @@ export const layerBindRunner: Layer.Layer<never, never, TransportBinding | Runne
     yield* binding.bindRunner(yield* Runner)
   })
 )
+
+/** How long a BidiAppend waits for its input to be committed before it is acknowledged anyway. */
+const DURABLE_ACK_WAIT_MS = 2_000
 
 /** How much of an oversized body is read and dropped before the connection is cut instead. */
 const DRAIN_LIMIT = 64 * 1024 * 1024
