@@ -8,6 +8,7 @@
  */
 import { FileSystem } from "@effect/platform"
 import { Config, Context, Effect, Layer, Option, ParseResult, Redacted, Schema } from "effect"
+import * as FaultInjection from "./FaultInjection.js"
 import { ApiKind, ModelConfig, RetryConfig } from "./llm/Router.js"
 import type { ProviderConfig, RouterConfig } from "./llm/Router.js"
 
@@ -80,6 +81,8 @@ export interface ServerConfig {
   readonly defaultModel: string | undefined
   /** Things worth telling the operator at startup (a missing key, a non-loopback bind...). */
   readonly notices: ReadonlyArray<string>
+  /** Crash-test faults (`BYOK_FAULT_*`); empty in normal use. */
+  readonly faults: FaultInjection.FaultOptions
 }
 
 export class AppConfig extends Context.Tag("cursor-byok/Config")<AppConfig, ServerConfig>() {}
@@ -176,7 +179,8 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     router: file.retry === undefined ? { providers: routed, models } : { providers: routed, models, retry: file.retry },
     models,
     defaultModel: file.defaultModel ?? models[0]?.id,
-    notices
+    notices,
+    faults: FaultInjection.fromEnvironment(env)
   }
 }
 

@@ -10,6 +10,7 @@ import { Effect, Layer } from "effect"
 import { createServer } from "node:http"
 import type { ServerConfig } from "./Config.js"
 import type { ToolCall, ToolResultMessage } from "./Llm.js"
+import * as FaultInjection from "./FaultInjection.js"
 import * as Router from "./llm/Router.js"
 import * as Metrics from "./Metrics.js"
 import * as Prompt from "./Prompt.js"
@@ -80,7 +81,7 @@ export const layerApp = (config: ServerConfig) => {
     interruptedResult
   }).pipe(
     Layer.provideMerge(Transport.layer(transportOptions(config))),
-    Layer.provideMerge(Store.layerSqlite({ filename: config.database })),
+    Layer.provideMerge(FaultInjection.wrapStore(Store.layerSqlite({ filename: config.database }), config.faults)),
     Layer.provideMerge(Router.layer(config.router))
   )
   const routes = Layer.mergeAll(Transport.layerRoutes, SideRpcs.layerRoutes(catalogue(config)), Metrics.layerRoutes)

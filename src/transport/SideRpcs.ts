@@ -3,19 +3,27 @@
  * models appear in Cursor's picker), the server config (which keeps Cursor in the HTTP/1.1
  * RunSSE mode this server speaks), and `unimplemented` for every other procedure, so an
  * unknown call fails fast and visibly instead of hanging. Plus `GET /healthz`.
+ *
+ * `AiService/ServerTime` is among the unimplemented: the protocol tables we have name the
+ * procedure but not its response's fields, and a guessed message could mislead the client's
+ * clock more than an error does.
  */
 import { create, fromBinary, fromJson, toBinary, toJson } from "@bufbuild/protobuf"
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf"
 import { HttpLayerRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import {
+  GetDefaultModelForCliRequestSchema,
   GetDefaultModelForCliResponseSchema,
+  GetUsableModelsRequestSchema,
   GetUsableModelsResponseSchema,
   ModelDetailsSchema
 } from "../gen/agent/v1/agent_pb.js"
 import {
+  AvailableModelsRequestSchema,
   AvailableModelsResponse_AvailableModelSchema,
   AvailableModelsResponseSchema,
+  GetServerConfigRequestSchema,
   GetServerConfigResponseSchema,
   Http2Config
 } from "../gen/aiserver/v1/aiserver_pb.js"
@@ -105,21 +113,29 @@ export const serverConfig = () => create(GetServerConfigResponseSchema, { http2C
 export const layerRoutes = (options: CatalogueOptions): Layer.Layer<never, never, HttpLayerRouter.HttpRouter> =>
   HttpLayerRouter.use((router) =>
     Effect.gen(function*() {
-      const unary = <Desc extends DescMessage>(path: `/${string}`, schema: Desc, answer: () => MessageShape<Desc>) =>
+      const unary = <In extends DescMessage, Out extends DescMessage>(
+        path: `/${string}`,
+        requestSchema: In,
+        responseSchema: Out,
+        answer: () => MessageShape<Out>
+      ) =>
         router.add("POST", path, (request) =>
           Effect.gen(function*() {
-            const valid = yield* readUnary(request, schema)
+            const valid = yield* readUnary(request, requestSchema)
             return valid
-              ? respond(request, schema, answer())
-              : unaryError(new ConnectError("invalid_argument", `the request body of ${path} is not a valid message`))
+              ? respond(request, responseSchema, answer())
+              : unaryError(new ConnectError("invalid_argument", `the request body of ${path} is not a valid ${requestSchema.typeName}`))
           }))
-      yield* unary("/aiserver.v1.AiService/AvailableModels", AvailableModelsResponseSchema, () => availableModels(options))
-      yield* unary("/aiserver.v1.AiService/GetUsableModels", GetUsableModelsResponseSchema, () => usableModels(options))
-      yield* unary("/agent.v1.AgentService/GetUsableModels", GetUsableModelsResponseSchema, () => usableModels(options))
-      yield* unary("/aiserver.v1.AiService/GetDefaultModelForCli", GetDefaultModelForCliResponseSchema, () => defaultModel(options))
-      yield* unary("/agent.v1.AgentService/GetDefaultModelForCli", GetDefaultModelForCliResponseSchema, () => defaultModel(options))
-      yield* unary("/aiserver.v1.AiService/GetServerConfig", GetServerConfigResponseSchema, serverConfig)
-      yield* unary("/aiserver.v1.ServerConfigService/GetServerConfig", GetServerConfigResponseSchema, serverConfig)
+      const models = () => availableModels(options)
+      const usable = () => usableModels(options)
+      const chosen = () => defaultModel(options)
+      yield* unary("/aiserver.v1.AiService/AvailableModels", AvailableModelsRequestSchema, AvailableModelsResponseSchema, models)
+      yield* unary("/aiserver.v1.AiService/GetUsableModels", GetUsableModelsRequestSchema, GetUsableModelsResponseSchema, usable)
+      yield* unary("/agent.v1.AgentService/GetUsableModels", GetUsableModelsRequestSchema, GetUsableModelsResponseSchema, usable)
+      yield* unary("/aiserver.v1.AiService/GetDefaultModelForCli", GetDefaultModelForCliRequestSchema, GetDefaultModelForCliResponseSchema, chosen)
+      yield* unary("/agent.v1.AgentService/GetDefaultModelForCli", GetDefaultModelForCliRequestSchema, GetDefaultModelForCliResponseSchema, chosen)
+      yield* unary("/aiserver.v1.AiService/GetServerConfig", GetServerConfigRequestSchema, GetServerConfigResponseSchema, serverConfig)
+      yield* unary("/aiserver.v1.ServerConfigService/GetServerConfig", GetServerConfigRequestSchema, GetServerConfigResponseSchema, serverConfig)
       yield* router.add("GET", "/healthz", HttpServerResponse.unsafeJson({ status: "ok" }))
       yield* router.add("*", "/*", (request) =>
         Effect.succeed(
