@@ -38,6 +38,17 @@ export const interruptedResult = (call: ToolCall): ToolResultMessage => ({
   isError: true
 })
 
+/**
+ * Node's HTTP server with idle keep-alive sockets kept longer than clients keep theirs, so a
+ * client does not send an append on a socket the server is closing at that moment (a reset).
+ */
+export const makeHttpServer = () => {
+  const server = createServer()
+  server.keepAliveTimeout = 65_000
+  server.headersTimeout = 66_000
+  return server
+}
+
 export const transportOptions = (config: ServerConfig): Transport.TransportOptions => ({
   ...Transport.defaultTransportOptions,
   heartbeatMs: config.heartbeatMs,
@@ -95,6 +106,6 @@ export const layerApp = (config: ServerConfig) => {
 /** The server listening on the configured host and port, calling providers through undici. */
 export const layer = (config: ServerConfig) =>
   layerApp(config).pipe(
-    Layer.provideMerge(NodeHttpServer.layer(createServer, { port: config.port, host: config.host })),
+    Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, { port: config.port, host: config.host })),
     Layer.provide(NodeHttpClient.layerUndici)
   )

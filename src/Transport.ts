@@ -97,6 +97,12 @@ interface Session {
   /** Serializes this request's appends: the inbox and what it hands on. */
   readonly lock: Effect.Semaphore
   finishing: boolean
+  /**
+   * The runner spoke for this request before any run request reached this process: a turn
+   * recovered after a restart. The client's appends go on numbering from where the previous
+   * process left off, so the first append this process sees sets where its inbox starts.
+   */
+  adopted: boolean
   lastActivityMs: number
   finishedAtMs: number | undefined
 }
@@ -150,6 +156,7 @@ export const make = (options: TransportOptions) =>
         blobAcks: new Map(),
         lock,
         finishing: false,
+        adopted: false,
         lastActivityMs: at,
         finishedAtMs: undefined
       }))
@@ -165,6 +172,13 @@ export const make = (options: TransportOptions) =>
         }
         const session = yield* newSession(requestId, at)
         sessions.set(requestId, session)
+        return session
+      })
+
+    /** The session of a turn the runner speaks for; marked adopted when this process never saw its run request. */
+    const turnSession = (turn: TurnRef): Effect.Effect<Session> =>
+      Effect.map(sessionFor(requestIdOf(turn)), (session) => {
+        if (session.run === undefined && session.inbox.next === 0 && session.inbox.held.size === 0) session.adopted = true
         return session
       })
 
@@ -240,7 +254,7 @@ export const make = (options: TransportOptions) =>
 
     const dispatch = (turn: TurnRef, dispatched: DispatchedOperation) =>
       Effect.gen(function*() {
-        const session = yield* sessionFor(requestIdOf(turn))
+        const session = yield* turnSession(turn)
         const startedAtMs = yield* now
         const operation: RunningOperation = {
           operationId: dispatched.operationId,
@@ -388,6 +402,11 @@ export const make = (options: TransportOptions) =>
             sessions.set(requestId, fresh)
             session = fresh
           }
+          if (session.adopted) {
+            // A recovered turn: the client's numbering continues from the previous process.
+            if (seqno > 0 && session.inbox.next === 0 && session.inbox.held.size === 0) session.inbox = emptyInbox(seqno)
+            session.adopted = false
+          }
           const offered = offer(session.inbox, seqno, { seqno, message }, options.appendWindow)
           if (offered.verdict === "outOfRange") {
             return yield* Effect.fail(new ConnectError(
@@ -428,7 +447,7 @@ export const make = (options: TransportOptions) =>
 
     const publish = (turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>) =>
       Effect.gen(function*() {
-        const session = yield* sessionFor(requestIdOf(turn))
+        const session = yield* turnSession(turn)
         const nowMs = yield* now
         const mcpTools = toolContext(session, turn).mcpTools
         const messages: Array<AgentServerMessage> = []
@@ -442,7 +461,7 @@ export const make = (options: TransportOptions) =>
 
     const abort = (turn: TurnRef) =>
       Effect.gen(function*() {
-        const session = yield* sessionFor(requestIdOf(turn))
+        const session = yield* turnSession(turn)
         const aborted = Dialect.encodeAbortAll(session.correlation)
         session.correlation = aborted.correlation
         session.operations.clear()
@@ -451,7 +470,7 @@ export const make = (options: TransportOptions) =>
 
     const finish = (turn: TurnRef, outcome: TurnOutcome, state: ConversationState, usage: Usage) =>
       Effect.gen(function*() {
-        const session = yield* sessionFor(requestIdOf(turn))
+        const session = yield* turnSession(turn)
         if (session.finishing) return
         session.finishing = true
         session.correlation = { ...session.correlation, usage }

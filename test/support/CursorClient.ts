@@ -877,6 +877,22 @@ export class Turn {
     })
   }
 
+  /**
+   * A keep-alive socket the server closed while idle fails the next request on it with
+   * ECONNRESET/EPIPE before any answer; like any HTTP client, send it again on a fresh socket.
+   * Safe: the server drops a repeated seqno.
+   */
+  private async appendRetryingStaleSockets(seqno: number, message: AgentClientMessageInit): Promise<RawResponse> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.client.append(this.requestId, seqno, message)
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code
+        if (attempt >= 2 || (code !== "ECONNRESET" && code !== "EPIPE")) throw error
+      }
+    }
+  }
+
   private post(seqno: number, message: AgentClientMessageInit, what: string): Promise<number> {
     const posted = this.postOnce(seqno, message, what)
     this.unanswered.add(posted)
@@ -887,7 +903,7 @@ export class Turn {
   private async postOnce(seqno: number, message: AgentClientMessageInit, what: string): Promise<number> {
     const sentAt = performance.now()
     try {
-      const response = await this.client.append(this.requestId, seqno, message)
+      const response = await this.appendRetryingStaleSockets(seqno, message)
       this.recordAppend({ seqno, what, status: response.status, sentAt, answeredAt: performance.now() })
       if (response.status !== 200) this.problems.push(`append ${seqno} (${what}) answered ${response.status}: ${Buffer.from(response.body).toString("utf8")}`)
       return response.status

@@ -58,7 +58,11 @@ export const text = (value: string, used?: Usage): Script => ({ _tag: "Events", 
 export const toolCalls = (...calls: ReadonlyArray<ToolCall>): Script => ({ _tag: "Events", events: answerEvents(assistant(calls, "toolUse")) })
 export const call = (id: string, name = "read", args = `{"path":"a.ts"}`): ToolCall => ({ type: "toolCall", id, name, arguments: args })
 
-export const makeFakeLlm = (scripts: ReadonlyArray<Script>) =>
+/**
+ * A scripted model: each call takes the next script; once they run out, `respond` (if given)
+ * answers from the request itself, which keeps concurrent conversations deterministic.
+ */
+export const makeFakeLlm = (scripts: ReadonlyArray<Script>, respond?: (request: RequestMessages, callId: string) => Script) =>
   Effect.gen(function*() {
     const queue = scripts.slice()
     const calls = yield* Ref.make<ReadonlyArray<LlmCallRecord>>([])
@@ -67,7 +71,7 @@ export const makeFakeLlm = (scripts: ReadonlyArray<Script>) =>
       stream: (request, options) =>
         Stream.unwrap(Effect.gen(function*() {
           yield* Ref.update(calls, (all) => [...all, { callId: options.callId, model: options.model, request }])
-          const script = queue.shift() ?? text("(no script left)")
+          const script = queue.shift() ?? respond?.(request, options.callId) ?? text("(no script left)")
           switch (script._tag) {
             case "Events":
               return Stream.fromIterable(script.events)

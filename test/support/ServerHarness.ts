@@ -6,18 +6,21 @@
 import { HttpLayerRouter, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Context, Effect, Exit, FiberRef, Layer, LogLevel, Ref, Scope } from "effect"
-import { createServer } from "node:http"
 import * as Dialect from "../../src/Dialect.js"
 import * as Runner from "../../src/Runner.js"
+import { makeHttpServer } from "../../src/Server.js"
 import * as Store from "../../src/Store.js"
 import * as Tools from "../../src/Tools.js"
 import * as Transport from "../../src/Transport.js"
 import { makeFakeLlm } from "./FakeRuntime.js"
 import type { LlmCallRecord, Script } from "./FakeRuntime.js"
+import type { RequestMessages } from "../../src/Llm.js"
 
 export interface HarnessOptions {
   /** What the fake model answers, one script per model call, in order. */
   readonly scripts?: ReadonlyArray<Script>
+  /** Answers model calls once `scripts` run out, from the request itself. */
+  readonly respond?: (request: RequestMessages, callId: string) => Script
   /** Overrides of `Transport.defaultTransportOptions`. */
   readonly transport?: Partial<Transport.TransportOptions>
   /** Server log level (default: errors only, so fuzzing stays quiet). */
@@ -68,7 +71,7 @@ export const testTransportOptions = (overrides: Partial<Transport.TransportOptio
 /** Starts the server in the current scope; it stops when the scope closes. */
 export const make = (options: HarnessOptions = {}): Effect.Effect<Harness, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const llm = yield* makeFakeLlm(options.scripts ?? [])
+    const llm = yield* makeFakeLlm(options.scripts ?? [], options.respond)
     const transportLayer = Transport.layer(testTransportOptions(options.transport))
     const services = Layer.mergeAll(
       HttpLayerRouter.serve(Transport.layerRoutes, { disableLogger: true, disableListenLog: true }),
@@ -77,7 +80,7 @@ export const make = (options: HarnessOptions = {}): Effect.Effect<Harness, never
       Layer.provideMerge(Runner.layer(runnerOptions)),
       Layer.provideMerge(transportLayer),
       Layer.provideMerge(Layer.merge(options.store ?? Store.layerMemory, llm.layer)),
-      Layer.provideMerge(NodeHttpServer.layer(createServer, { port: 0, host: "127.0.0.1" }))
+      Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, { port: 0, host: "127.0.0.1" }))
     )
     const context = yield* Layer.build(services).pipe(
       Effect.orDie,
