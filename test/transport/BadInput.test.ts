@@ -356,10 +356,12 @@ describe("Bad input over the wire", () => {
         return Uint8Array.from(out)
       }
       const cases: Array<Uint8Array> = []
-      for (let i = 0; i < 2000; i++) cases.push(bytes(int(64)))
-      for (let i = 0; i < 3000; i++) cases.push(mutate(seeds[i % seeds.length]!))
+      // 10,000 BidiAppend bodies per run by default; BYOK_FUZZ_CASES asks for more (or fewer).
+      const total = Math.max(100, Number(process.env["BYOK_FUZZ_CASES"] ?? 10_000))
+      for (let i = 0; i < Math.round(total * 0.35); i++) cases.push(bytes(int(64)))
+      for (let i = 0; i < Math.round(total * 0.55); i++) cases.push(mutate(seeds[i % seeds.length]!))
       // Hex-level mutations: a well-formed append whose data is almost hex.
-      for (let i = 0; i < 500; i++) {
+      for (let i = 0; i < Math.round(total * 0.1); i++) {
         const hex = toHex(bytes(1 + int(24))).split("")
         hex[int(hex.length)] = "0123456789abcdefXYZ -"[int(21)]!
         if (int(4) === 0) hex.pop()
@@ -376,6 +378,7 @@ describe("Bad input over the wire", () => {
       }
       yield* Effect.promise(() => Promise.all(Array.from({ length: 8 }, worker)))
       assert.deepStrictEqual(failures.slice(0, 5), [])
+      assert.isAtLeast(cases.length, Math.min(total, 10_000) - 2)
       // RunSSE: random bodies and mutated requests answer an end-stream error, or open a stream.
       const sseFailures: Array<string> = []
       for (let i = 0; i < 300; i++) {
@@ -386,7 +389,7 @@ describe("Bad input over the wire", () => {
       }
       assert.deepStrictEqual(sseFailures.slice(0, 5), [])
       yield* normalTurnWorks(harness, "conv-after-fuzz")
-    }), { timeout: 120_000 })
+    }), { timeout: 300_000 })
 })
 
 /**
