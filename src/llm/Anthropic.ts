@@ -18,6 +18,7 @@ import {
   decodeJson,
   decoderFor,
   type Group,
+  pushMessage,
   isSameModel,
   layoutHistory,
   llmError,
@@ -298,16 +299,9 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   delete fields["messages"]
 
   const groups: Array<Group> = []
-  const push = (role: "user" | "assistant", parts: Array<string>) => {
-    if (parts.length === 0) return
-    const last = groups[groups.length - 1]
-    // Consecutive user-side messages (all tool results of a turn, then a user text) form one message.
-    if (role === "user" && last !== undefined && last.mergeKey === "user") {
-      last.parts.push(...parts)
-      return
-    }
-    groups.push({ open: `{"content":[`, parts, close: `],"role":"${role}"}`, mergeKey: role === "user" ? "user" : undefined })
-  }
+  // Consecutive user-side messages (all tool results of a turn, then a user text) form one message.
+  const push = (role: "user" | "assistant", parts: ReadonlyArray<string>) =>
+    pushMessage(groups, `{"content":[`, `],"role":"${role}"}`, role === "user" ? "user" : undefined, parts)
   for (const message of transformForReplay(request.messages, target)) {
     switch (message.role) {
       case "user":

@@ -432,6 +432,24 @@ export const pushPart = (groups: Array<Group>, open: string, close: string, merg
   groups.push({ open, parts: [part], close, mergeKey })
 }
 
+/**
+ * Appends one wire message made of `parts` (none: nothing). Messages sharing a `mergeKey`
+ * join the previous group: Anthropic and Gemini want a turn's tool results and the user text
+ * after them as one user message.
+ */
+export const pushMessage = (
+  groups: Array<Group>,
+  open: string,
+  close: string,
+  mergeKey: string | undefined,
+  parts: ReadonlyArray<string>
+): void => {
+  const [first, ...rest] = parts
+  if (first === undefined) return
+  pushPart(groups, open, close, mergeKey, first)
+  groups[groups.length - 1]!.parts.push(...rest)
+}
+
 // =============================================================================
 // Replay across providers (llm-providers.md §1.6)
 // =============================================================================

@@ -16,6 +16,7 @@ import {
   decodeJson,
   decoderFor,
   type Group,
+  pushMessage,
   isSameModel,
   layoutHistory,
   llmError,
@@ -312,16 +313,9 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   delete fields["contents"]
 
   const groups: Array<Group> = []
-  const push = (role: "user" | "model", parts: Array<string>) => {
-    if (parts.length === 0) return
-    const last = groups[groups.length - 1]
-    // All function responses of a turn (and a user text after them) share one content.
-    if (role === "user" && last !== undefined && last.mergeKey === "user") {
-      last.parts.push(...parts)
-      return
-    }
-    groups.push({ open: `{"parts":[`, parts, close: `],"role":"${role}"}`, mergeKey: role === "user" ? "user" : undefined })
-  }
+  // All function responses of a turn (and a user text after them) share one content.
+  const push = (role: "user" | "model", parts: ReadonlyArray<string>) =>
+    pushMessage(groups, `{"parts":[`, `],"role":"${role}"}`, role === "user" ? "user" : undefined, parts)
   for (const message of transformForReplay(request.messages, target)) {
     switch (message.role) {
       case "user":
