@@ -316,6 +316,26 @@ export const errorFields = (body: unknown): { message?: string; type?: string; c
   }
 }
 
+/**
+ * A response body as a line a user can read: an HTML error page (a proxy's 502) becomes its
+ * title, markup is dropped and whitespace collapsed, and it is cut at 300 characters.
+ */
+export const readableBody = (bodyText: string): string => {
+  const title = /<title[^>]*>([\s\S]*?)<\/title>/i.exec(bodyText)?.[1]
+  const text = title ?? (/<(html|body|!doctype)/i.test(bodyText) ? bodyText.replace(/<[^>]*>/g, " ") : bodyText)
+  const line = text.replace(/\s+/g, " ").trim()
+  return line.length > 300 ? `${line.slice(0, 300)}…` : line
+}
+
+const STATUS_MEANING: ReadonlyArray<readonly [LlmError["reason"], string]> = [
+  ["auth", "authentication failed (check the provider's API key)"],
+  ["rateLimited", "rate limited"],
+  ["overloaded", "overloaded"],
+  ["contextOverflow", "the conversation is too long for the model's context window"],
+  ["providerError", "server error"],
+  ["badRequest", "request rejected"]
+]
+
 /** Maps a non-2xx response to a typed error (llm-providers.md §2.5). */
 export const classifyHttpError = (
   provider: string,
@@ -331,24 +351,29 @@ export const classifyHttpError = (
     body = undefined
   }
   const fields = errorFields(body)
-  const detail = fields.message ?? (bodyText.trim().slice(0, 500) || `HTTP ${status}`)
+  const detail = fields.message ?? readableBody(bodyText)
   const kind = `${fields.type ?? ""} ${fields.code ?? ""}`
   const retryAfterMs = retryAfterFromHeaders(headers, now) ?? retryDelayFromGeminiBody(body)
   const base = { provider, status, retryAfterMs }
-  const message = `${provider}: HTTP ${status}: ${detail}`
-  if (status === 401 || status === 403) return llmError("auth", message, base)
+  // The user reads this in Cursor: what happened in words, the status, then the provider's own text.
+  const message = (reason: LlmError["reason"]) => {
+    const meaning = STATUS_MEANING.find(([r]) => r === reason)?.[1] ?? "error"
+    return `${provider}: ${meaning} (HTTP ${status})${detail === "" ? "" : `: ${detail}`}`
+  }
+  if (status === 401 || status === 403) return llmError("auth", message("auth"), base)
   if (status === 429) {
-    // A spent quota or balance does not come back by waiting.
-    const quota = /insufficient_quota|billing|quota exceeded.*plan/i.test(kind + " " + detail) && !/rate/i.test(fields.code ?? "")
-    return llmError("rateLimited", message, { ...base, retryable: !quota })
+    // A spent quota or balance does not come back by waiting; a quota with a stated retry delay (Gemini's per-minute quota) does.
+    const spent = /insufficient_quota/i.test(kind) ||
+      (/billing|quota exceeded.*plan/i.test(kind + " " + detail) && !/rate/i.test(fields.code ?? "") && retryAfterMs === undefined)
+    return llmError("rateLimited", message("rateLimited"), { ...base, retryable: !spent })
   }
   if (status === 529 || /overloaded/i.test(kind) || (status === 503 && /overloaded/i.test(detail))) {
-    return llmError("overloaded", message, { ...base, retryable: true })
+    return llmError("overloaded", message("overloaded"), { ...base, retryable: true })
   }
-  if (overflowPattern.test(detail) || /context_length_exceeded/.test(kind)) return llmError("contextOverflow", message, base)
-  if (status === 408 || status === 409 || status >= 500) return llmError("providerError", message, { ...base, retryable: true })
-  if (status === 402) return llmError("rateLimited", message, base)
-  return llmError("badRequest", message, base)
+  if (overflowPattern.test(detail) || /context_length_exceeded/.test(kind)) return llmError("contextOverflow", message("contextOverflow"), base)
+  if (status === 408 || status === 409 || status >= 500) return llmError("providerError", message("providerError"), { ...base, retryable: true })
+  if (status === 402) return llmError("rateLimited", message("rateLimited"), base)
+  return llmError("badRequest", message("badRequest"), base)
 }
 
 /** Classifies an error object that arrived inside a 200 stream. */
