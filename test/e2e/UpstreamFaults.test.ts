@@ -729,7 +729,7 @@ describe("Upstream faults in longer turns and conversations", () => {
  * Each row here is what the code should do and does not yet (see the report of issue 7). They
  * fail until src/ is fixed; then move the row into `cases` above.
  */
-const knownBugs: ReadonlyArray<FaultCase> = [
+const regressions: ReadonlyArray<FaultCase> = [
   {
     // Gemini's real per-minute quota 429 (free tier, GenerateRequestsPerMinutePerProjectPerModel)
     // reads "You exceeded your current quota, please check your plan and billing details. ..." and
@@ -766,7 +766,7 @@ const knownBugs: ReadonlyArray<FaultCase> = [
 ]
 
 describe("Upstream-fault regressions", () => {
-  for (const row of knownBugs) {
+  for (const row of regressions) {
     it.scopedLive(row.name, () => runCase(row))
   }
 })
