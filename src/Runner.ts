@@ -13,7 +13,7 @@
  *
  * The client side (Cursor's protocol) is behind `ClientGateway`, which the transport provides.
  */
-import { Clock, Context, Data, Deferred, Effect, Exit, FiberMap, Layer, Mailbox, Metric, Option, Stream } from "effect"
+import { Chunk, Clock, Context, Data, Deferred, Effect, Exit, FiberMap, Layer, Mailbox, Metric, Option, Stream } from "effect"
 import type { Duration } from "effect"
 import { addUsage, emptyUsage, Llm, messageHash, requestHash } from "./Llm.js"
 import type { ResponseEvent, ToolCall, ToolResultMessage, Usage } from "./Llm.js"
@@ -100,6 +100,11 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
    * from inside the conversation's own processing (a gateway callback): that would wait on itself.
    */
   readonly submitAndWait: (conversationId: string, input: Input, inputId: string) => Effect.Effect<void>
+  /**
+   * Queues the input now (so inputs keep the order they were submitted in) and returns an
+   * effect that waits until it has been applied: the caller can wait outside its own locks.
+   */
+  readonly submitTracked: (conversationId: string, input: Input, inputId: string) => Effect.Effect<Effect.Effect<void>>
   /** Resumes what a previous process left in flight; run once at startup. */
   readonly recover: Effect.Effect<RecoveryReport>
   /** Completes when the conversation has no actor (its inputs are all processed and no turn runs). */
@@ -110,6 +115,8 @@ type RecoveryOutcome = "reissued" | "resent" | "interrupted" | "none"
 
 type Envelope = Data.TaggedEnum<{
   Apply: { readonly input: Input; readonly inputId: string | null; readonly applied?: Deferred.Deferred<void> }
+  /** The events of one model call that arrived together. */
+  Stream: { readonly callId: string; readonly events: ReadonlyArray<ResponseEvent> }
   /** Restart recovery: resume what the committed state says is in flight, then report what was done. */
   Resume: { readonly reply: Deferred.Deferred<RecoveryOutcome> }
 }>
@@ -265,7 +272,7 @@ export const make = (options: RunnerOptions) =>
         Effect.catchAll((error) =>
           Effect.gen(function*() {
             // The store failed: nothing of this input was committed. The turn cannot go on safely.
-            yield* Effect.logError("runner: input could not be applied", error)
+            yield* Effect.logError(`runner: ${input._tag} input could not be applied`, error)
             const state = acc.runtime.committed
             if (isBusy(state)) {
               yield* FiberMap.remove(llmStreams, actor.conversationId)
@@ -278,9 +285,38 @@ export const make = (options: RunnerOptions) =>
             }
             return acc
           })
-        ),
-        Effect.annotateLogs({ conversationId: actor.conversationId, input: input._tag })
+        )
       )
+
+    /**
+     * Model stream events as they came off one network read. Events that only move the
+     * in-memory pending response (deltas) are folded together and published once; an event that
+     * changes the committed state (Done, Error) goes through `step` to be committed first.
+     */
+    const stepStream = (actor: Actor, acc: ActorState, callId: string, events: ReadonlyArray<ResponseEvent>) =>
+      Effect.gen(function*() {
+        let current = acc
+        let emitted: Array<ResponseEvent> = []
+        const flush = Effect.suspend(() => {
+          if (emitted.length === 0) return Effect.void
+          const batch = emitted
+          emitted = []
+          return gateway.publish(turnRefOf(current.runtime.committed), callId, batch)
+        })
+        for (const event of events) {
+          const input = Input.LlmEvent({ callId, event })
+          const t = transition(current.runtime, input)
+          if (t.state.committed === current.runtime.committed && (t.command._tag === "ContinueLlm" || t.command._tag === "WaitInput")) {
+            for (const e of t.emit) emitted.push(e)
+            current = { ...current, runtime: t.state }
+            continue
+          }
+          yield* flush
+          current = yield* step(actor, current, input, null)
+        }
+        yield* flush
+        return current
+      })
 
     /** A Start that replaced a running turn: the old turn's stream and client work end here. */
     const supersede = (before: ConversationState, after: ConversationState) =>
@@ -337,37 +373,39 @@ export const make = (options: RunnerOptions) =>
           Effect.catchAll((error) => Effect.logWarning("runner: could not mark a model call streaming", error))
         )
         // Through `deliver`, not this actor's mailbox: should the actor have ended, the next one gets it.
-        const feed = (event: ResponseEvent) =>
-          deliver(actor.conversationId, Envelope.Apply({ input: Input.LlmEvent({ callId: call.callId, event }), inputId: null }))
+        const feed = (events: ReadonlyArray<ResponseEvent>) =>
+          deliver(actor.conversationId, Envelope.Stream({ callId: call.callId, events }))
         yield* Metric.increment(Metrics.llmCalls)
         const openedAt = yield* Clock.currentTimeMillis
         let finished = false
         let firstDelta = true
         const consume = llm.stream(call.request, { model: call.model, callId: call.callId }).pipe(
-          Stream.runForEach((event) => {
-            if (event._tag === "Done" || event._tag === "Error") finished = true
-            if (firstDelta && (event._tag === "TextDelta" || event._tag === "ThinkingDelta" || event._tag === "ToolCallStart")) {
-              firstDelta = false
-              return Clock.currentTimeMillis.pipe(
-                Effect.flatMap((at) => Metric.update(Metrics.timeToFirstDelta, (at - openedAt) / 1000)),
-                Effect.zipRight(feed(event))
-              )
+          // One envelope per network read: under load a read carries many deltas.
+          Stream.runForEachChunk((chunk) => {
+            const events = Chunk.toReadonlyArray(chunk)
+            let timing: Effect.Effect<void> = Effect.void
+            for (const event of events) {
+              if (event._tag === "Done" || event._tag === "Error") finished = true
+              if (firstDelta && (event._tag === "TextDelta" || event._tag === "ThinkingDelta" || event._tag === "ToolCallStart")) {
+                firstDelta = false
+                timing = Clock.currentTimeMillis.pipe(Effect.flatMap((at) => Metric.update(Metrics.timeToFirstDelta, (at - openedAt) / 1000)))
+              }
             }
-            return feed(event)
+            return Effect.zipRight(timing, feed(events))
           }),
           Effect.catchAll((error) => {
             finished = true
-            return feed({
+            return feed([{
               _tag: "Error",
               reason: error.reason === "aborted" ? "aborted" : "error",
               message: error.message,
               retryable: error.retryable
-            })
+            }])
           }),
           Effect.zipRight(Effect.suspend(() =>
             finished
               ? Effect.void
-              : feed({ _tag: "Error", reason: "error", message: "The model stream ended before the response was complete.", retryable: true })
+              : feed([{ _tag: "Error", reason: "error", message: "The model stream ended before the response was complete.", retryable: true }])
           )),
           Effect.annotateLogs({ conversationId: actor.conversationId, callId: call.callId })
         )
@@ -438,6 +476,7 @@ export const make = (options: RunnerOptions) =>
                   applied === undefined
                     ? step(actor, current, input, inputId)
                     : step(actor, current, input, inputId).pipe(Effect.ensuring(Deferred.succeed(applied, undefined))),
+                Stream: ({ callId, events }) => stepStream(actor, current, callId, events),
                 Resume: ({ reply }) =>
                   resume(actor, current).pipe(Effect.flatMap((outcome) => Deferred.succeed(reply, outcome)), Effect.as(current))
               })).pipe(Effect.tap((next) => endWhenIdle(actor, next))))
@@ -488,12 +527,15 @@ export const make = (options: RunnerOptions) =>
     const submit = (conversationId: string, input: Input, inputId: string) =>
       deliver(conversationId, Envelope.Apply({ input, inputId }))
 
-    const submitAndWait = (conversationId: string, input: Input, inputId: string) =>
+    const submitTracked = (conversationId: string, input: Input, inputId: string) =>
       Effect.gen(function*() {
         const applied = yield* Deferred.make<void>()
         yield* deliver(conversationId, Envelope.Apply({ input, inputId, applied }))
-        yield* Deferred.await(applied)
+        return Deferred.await(applied)
       })
+
+    const submitAndWait = (conversationId: string, input: Input, inputId: string) =>
+      Effect.flatten(submitTracked(conversationId, input, inputId))
 
     const recover = Effect.gen(function*() {
       const inFlight = yield* store.listInFlight().pipe(Effect.orDie)
@@ -525,7 +567,7 @@ export const make = (options: RunnerOptions) =>
         return actor === undefined ? Effect.void : Effect.zipRight(actor.done, awaitIdle(conversationId))
       })
 
-    return Runner.of({ submit, submitAndWait, recover, awaitIdle })
+    return Runner.of({ submit, submitAndWait, submitTracked, recover, awaitIdle })
   })
 
 export const layer = (options: RunnerOptions): Layer.Layer<Runner, never, Store | Llm | ClientGateway> =>

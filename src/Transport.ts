@@ -12,7 +12,7 @@
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import { HttpLayerRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Clock, Context, Deferred, Duration, Effect, Either, FiberSet, Layer, Schedule, Stream } from "effect"
+import { Chunk, Clock, Context, Deferred, Duration, Effect, Either, FiberSet, Layer, Schedule, Stream } from "effect"
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage, RunRequest } from "./Dialect.js"
 import type { AgentServerMessage, TodoItem, ToolCall as CursorToolCall } from "./gen/agent/v1/agent_pb.js"
@@ -196,15 +196,19 @@ export const make = (options: TransportOptions) =>
       Effect.flatMap(Deferred.await(runnerReady), (runner) => runner.submit(conversationId, input, inputId))
 
     /**
-     * For inputs that arrive in a BidiAppend: waits until the runner has committed the input,
-     * so that the append's acknowledgement means it survives a crash. Bounded: past the limit
-     * the append is acknowledged anyway (the input stays queued) rather than holding Cursor's
-     * request past its forward timeout.
+     * For inputs that arrive in a BidiAppend: queues the input in order now and records, in
+     * `durable`, a wait for its commit. The append handler waits for those after releasing the
+     * request's lock, so that its acknowledgement means the input survives a crash, while the
+     * request's other appends (heartbeats, KV answers, stream chunks) are not held behind it.
      */
-    const submitDurably = (conversationId: string, input: Input, inputId: string) =>
-      Effect.flatMap(Deferred.await(runnerReady), (runner) => runner.submitAndWait(conversationId, input, inputId)).pipe(
-        Effect.timeoutTo({ duration: Duration.millis(DURABLE_ACK_WAIT_MS), onSuccess: () => true, onTimeout: () => false }),
-        Effect.flatMap((applied) => applied ? Effect.void : Effect.logWarning(`transport: input ${inputId} not yet committed when acknowledged`))
+    const submitDurably = (durable: Array<Effect.Effect<void>>, conversationId: string, input: Input, inputId: string) =>
+      Effect.flatMap(Deferred.await(runnerReady), (runner) => runner.submitTracked(conversationId, input, inputId)).pipe(
+        Effect.map((applied) => {
+          durable.push(applied.pipe(
+            Effect.timeoutTo({ duration: Duration.millis(DURABLE_ACK_WAIT_MS), onSuccess: () => true, onTimeout: () => false }),
+            Effect.flatMap((done) => done ? Effect.void : Effect.logWarning(`transport: input ${inputId} not yet committed when acknowledged`))
+          ))
+        })
       )
 
     // -------------------------------------------------------------------------
@@ -218,10 +222,15 @@ export const make = (options: TransportOptions) =>
 
     /**
      * Carries a tool machine's step out: an exec to send, a chunk to show, or the final result.
-     * `fromClient` is true when an append drove it (its result is then committed before the
-     * append is acknowledged); false inside the runner's own dispatch, which must not wait on itself.
+     * `durable` is set when an append drove it (its result is then committed before the append
+     * is acknowledged); undefined inside the runner's own dispatch, which must not wait on itself.
      */
-    const advance = (session: Session, operation: RunningOperation, step: ToolStep, fromClient: boolean): Effect.Effect<void> =>
+    const advance = (
+      session: Session,
+      operation: RunningOperation,
+      step: ToolStep,
+      durable: Array<Effect.Effect<void>> | undefined
+    ): Effect.Effect<void> =>
       Effect.gen(function*() {
         const ids = { toolCallId: operation.toolCallId, modelCallId: operation.modelCallId }
         switch (step._tag) {
@@ -246,7 +255,9 @@ export const make = (options: TransportOptions) =>
             yield* write(session, [Dialect.encodeToolCompleted(ids, outcome.cursor, { startedAtMs: operation.startedAtMs, completedAtMs })])
             const input = Input.ToolResult({ message: outcome.message })
             const inputId = `${operation.operationId}:result`
-            yield* fromClient ? submitDurably(operation.conversationId, input, inputId) : submit(operation.conversationId, input, inputId)
+            yield* durable !== undefined
+              ? submitDurably(durable, operation.conversationId, input, inputId)
+              : submit(operation.conversationId, input, inputId)
             return
           }
         }
@@ -267,7 +278,7 @@ export const make = (options: TransportOptions) =>
         session.operations.set(operation.operationId, operation)
         const { started, step } = Tools.startTool(dispatched.toolCall, toolContext(session, turn))
         yield* write(session, [Dialect.encodeToolStarted({ toolCallId: operation.toolCallId, modelCallId: operation.modelCallId }, started, startedAtMs)])
-        yield* advance(session, operation, step, false)
+        yield* advance(session, operation, step, undefined)
       })
 
     /** An exec answer from the client: the running exec it belongs to, its tool machine's next step. */
@@ -276,7 +287,8 @@ export const make = (options: TransportOptions) =>
       id: number,
       execId: string | undefined,
       next: (run: ToolRun) => ToolStep,
-      finished: boolean
+      finished: boolean,
+      durable: Array<Effect.Effect<void>>
     ) =>
       Effect.gen(function*() {
         const exec = Dialect.resolveExec(session.correlation, id, execId)
@@ -286,7 +298,7 @@ export const make = (options: TransportOptions) =>
           return
         }
         if (finished) session.correlation = Dialect.completeExec(session.correlation, exec.id)
-        yield* advance(session, operation, next(operation.run), true)
+        yield* advance(session, operation, next(operation.run), durable)
       })
 
     // -------------------------------------------------------------------------
@@ -295,24 +307,24 @@ export const make = (options: TransportOptions) =>
 
     const inputIdOf = (session: Session, seqno: number) => `${session.requestId}/${session.turnKey}:${seqno}`
 
-    const handle = (session: Session, seqno: number, message: ClientMessage): Effect.Effect<void> => {
+    const handle = (session: Session, seqno: number, message: ClientMessage, durable: Array<Effect.Effect<void>>): Effect.Effect<void> => {
       const inputId = inputIdOf(session, seqno)
       const conversationId = session.conversationId
       switch (message._tag) {
         case "RunRequest":
-          return onRunRequest(session, seqno, message)
+          return onRunRequest(session, seqno, message, durable)
         case "UserMessage":
           return conversationId === undefined
             ? Effect.logWarning("transport: a follow-up message arrived before any run request; dropped")
-            : submitDurably(conversationId, Input.UserMessage({ message: message.message }), inputId)
+            : submitDurably(durable, conversationId, Input.UserMessage({ message: message.message }), inputId)
         case "Cancel":
-          return conversationId === undefined ? Effect.void : submitDurably(conversationId, Input.Cancel({ reason: message.reason }), inputId)
+          return conversationId === undefined ? Effect.void : submitDurably(durable, conversationId, Input.Cancel({ reason: message.reason }), inputId)
         case "ExecResult":
-          return onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), true)
+          return onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), true, durable)
         case "ExecStream":
-          return onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), message.terminal)
+          return onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), message.terminal, durable)
         case "ExecThrow":
-          return onExecReply(session, message.id, undefined, (run) => Tools.onExecThrow(run, message.error), true)
+          return onExecReply(session, message.id, undefined, (run) => Tools.onExecThrow(run, message.error), true, durable)
         case "KvResult": {
           const resolved = Dialect.resolveKv(session.correlation, message.id)
           session.correlation = resolved.correlation
@@ -332,7 +344,7 @@ export const make = (options: TransportOptions) =>
       }
     }
 
-    const onRunRequest = (session: Session, seqno: number, run: RunRequest) =>
+    const onRunRequest = (session: Session, seqno: number, run: RunRequest, durable: Array<Effect.Effect<void>>) =>
       Effect.gen(function*() {
         session.run = run
         session.todos = Dialect.todosOf(run.conversationState)
@@ -343,7 +355,7 @@ export const make = (options: TransportOptions) =>
             const { start } = run.action
             if (run.action.userMessageId !== "") session.turnKey = run.action.userMessageId
             const settings = { ...start.settings, options: { ...start.settings.options, requestId: session.requestId } }
-            yield* submitDurably(conversationId, Input.Start({ ...start, settings }), inputIdOf(session, seqno))
+            yield* submitDurably(durable, conversationId, Input.Start({ ...start, settings }), inputIdOf(session, seqno))
             return
           }
           case "Resume":
@@ -395,6 +407,7 @@ export const make = (options: TransportOptions) =>
           ))
         }
         let session = yield* sessionFor(requestId)
+        const durable: Array<Effect.Effect<void>> = []
         yield* session.lock.withPermits(1)(Effect.gen(function*() {
           // A request id reused for a new turn (the IDE does this): start its session afresh.
           if (session.finishedAtMs !== undefined && seqno === 0 && message._tag === "RunRequest") {
@@ -415,8 +428,10 @@ export const make = (options: TransportOptions) =>
             ))
           }
           session.inbox = offered.inbox
-          for (const ready of offered.ready) yield* handle(session, ready.seqno, ready.message)
+          for (const ready of offered.ready) yield* handle(session, ready.seqno, ready.message, durable)
         }))
+        // Outside the lock: the inputs this append handed on are committed before it is acknowledged.
+        yield* Effect.all(durable, { concurrency: "unbounded", discard: true })
         return toBinary(BidiAppendResponseSchema, create(BidiAppendResponseSchema))
       }).pipe(Effect.annotateLogs({ requestId: requestIdHeader ?? "" }))
 
@@ -438,7 +453,8 @@ export const make = (options: TransportOptions) =>
         // The first heartbeat goes out at once: it flushes the response headers, so a client that
         // waits for them before posting its run request is not held up until the turn speaks.
         const heartbeats = Stream.repeatEffectWithSchedule(Effect.succeed(HEARTBEAT_FRAME), Schedule.spaced(Duration.millis(options.heartbeatMs)))
-        return Stream.merge(frames, heartbeats, { haltStrategy: "left" })
+        // Frames that are ready together leave in one socket write.
+        return Stream.merge(frames, heartbeats, { haltStrategy: "left" }).pipe(Stream.mapChunks(joinFrames))
       })
 
     // -------------------------------------------------------------------------
@@ -585,6 +601,19 @@ export const layerBindRunner: Layer.Layer<never, never, TransportBinding | Runne
     yield* binding.bindRunner(yield* Runner)
   })
 )
+
+/** One buffer for the frames of a chunk (a single frame passes as it is). */
+const joinFrames = (frames: Chunk.Chunk<Uint8Array>): Chunk.Chunk<Uint8Array> => {
+  if (frames.length <= 1) return frames
+  const parts = Chunk.toReadonlyArray(frames)
+  const out = new Uint8Array(parts.reduce((size, part) => size + part.length, 0))
+  let offset = 0
+  for (const part of parts) {
+    out.set(part, offset)
+    offset += part.length
+  }
+  return Chunk.of(out)
+}
 
 /** How long a BidiAppend waits for its input to be committed before it is acknowledged anyway. */
 const DURABLE_ACK_WAIT_MS = 2_000

@@ -136,7 +136,7 @@ describe("Runner", () => {
     Effect.gen(function*() {
       const { gateway, llm, runner, store } = yield* harness([{ _tag: "Stall", events: [{ _tag: "Start" }, { _tag: "TextDelta", index: 0, delta: "thinking about" }] }])
       yield* runner.submit("conv", start("hi"), "r1:0")
-      yield* Effect.repeat(Effect.sync(() => gateway.log.published.length), { until: (n) => n >= 2 })
+      yield* Effect.repeat(Effect.sync(() => gateway.log.published.flatMap((p) => p.events).length), { until: (n) => n >= 2 })
       yield* runner.submit("conv", Input.Cancel({ reason: "user_stopped_generation" }), "r1:1")
       yield* gateway.finishedAtLeast(1)
       assert.strictEqual(gateway.log.finished[0]!.outcome._tag, "Canceled")
