@@ -53,6 +53,8 @@ export const FileConfig = Schema.Struct({
   port: Schema.optionalWith(Port, { default: () => 8787 }),
   database: Schema.optionalWith(Schema.String, { default: () => "./data/byok.sqlite" }),
   heartbeatMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 5000 }),
+  /** A RunSSE for a request the server has no turn for (e.g. after a restart) is ended after this long. */
+  orphanTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 30_000 }),
   maxLlmCallsPerTurn: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 50 }),
   limits: Schema.optionalWith(Limits, { default: () => Schema.decodeSync(Limits)({}) }),
   retry: Schema.optional(RetryConfig),
@@ -72,6 +74,7 @@ export interface ServerConfig {
   readonly port: number
   readonly database: string
   readonly heartbeatMs: number
+  readonly orphanTimeoutMs: number
   readonly maxLlmCallsPerTurn: number
   readonly limits: typeof Limits.Type
   /** What the `Llm` router is built from: providers with their keys resolved. */
@@ -174,6 +177,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     port,
     database: env["BYOK_DB"] ?? file.database,
     heartbeatMs: file.heartbeatMs,
+    orphanTimeoutMs: file.orphanTimeoutMs,
     maxLlmCallsPerTurn: file.maxLlmCallsPerTurn,
     limits: file.limits,
     router: file.retry === undefined ? { providers: routed, models } : { providers: routed, models, retry: file.retry },

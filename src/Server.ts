@@ -52,6 +52,7 @@ export const makeHttpServer = () => {
 export const transportOptions = (config: ServerConfig): Transport.TransportOptions => ({
   ...Transport.defaultTransportOptions,
   heartbeatMs: config.heartbeatMs,
+  orphanTimeoutMs: config.orphanTimeoutMs,
   bidiAppendMaxBytes: config.limits.bidiAppendBytes,
   runSseMaxBytes: config.limits.runSseRequestBytes,
   appendWindow: config.limits.appendWindow,

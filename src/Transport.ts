@@ -47,6 +47,10 @@ export interface TransportOptions {
   readonly finishedRetentionMs: number
   /** A request that never becomes a turn (no run request) is forgotten after this long. */
   readonly idleRetentionMs: number
+  /** A RunSSE for a request with no run request and no turn is ended (unavailable) after this long. */
+  readonly orphanTimeoutMs: number
+  /** How often finished and orphaned requests are looked for. */
+  readonly sweepIntervalMs: number
   /** The context window of a model, for the checkpoint's context meter. */
   readonly contextWindowOf: (model: string) => number
 }
@@ -59,6 +63,8 @@ export const defaultTransportOptions: TransportOptions = {
   blobAckTimeoutMs: 10_000,
   finishedRetentionMs: 30_000,
   idleRetentionMs: 10 * 60_000,
+  orphanTimeoutMs: 30_000,
+  sweepIntervalMs: 5_000,
   contextWindowOf: () => 200_000
 }
 
@@ -103,6 +109,9 @@ interface Session {
    * process left off, so the first append this process sees sets where its inbox starts.
    */
   adopted: boolean
+  /** The runner has published or dispatched for this request (it is a turn this process runs). */
+  runnerSpoke: boolean
+  readonly createdAtMs: number
   lastActivityMs: number
   finishedAtMs: number | undefined
 }
@@ -157,6 +166,8 @@ export const make = (options: TransportOptions) =>
         lock,
         finishing: false,
         adopted: false,
+        runnerSpoke: false,
+        createdAtMs: at,
         lastActivityMs: at,
         finishedAtMs: undefined
       }))
@@ -177,10 +188,36 @@ export const make = (options: TransportOptions) =>
 
     /** The session of a turn the runner speaks for; marked adopted when this process never saw its run request. */
     const turnSession = (turn: TurnRef): Effect.Effect<Session> =>
-      Effect.map(sessionFor(requestIdOf(turn)), (session) => {
-        if (session.run === undefined && session.inbox.next === 0 && session.inbox.held.size === 0) session.adopted = true
+      Effect.gen(function*() {
+        const session = yield* sessionFor(requestIdOf(turn))
+        session.runnerSpoke = true
+        if (session.run === undefined && session.inbox.next === 0) {
+          if (session.inbox.held.size === 0) session.adopted = true
+          else yield* adoptHeld(session)
+        }
         return session
       })
+
+    /**
+     * A recovered turn whose client re-sent appends before the runner spoke: they were held
+     * waiting for seqno 0, which this process will never see. The inbox now starts at the first
+     * of them and the ones in order are handed on (they were acknowledged when they arrived).
+     */
+    const adoptHeld = (session: Session) =>
+      session.lock.withPermits(1)(Effect.gen(function*() {
+        if (session.run !== undefined || session.inbox.next !== 0 || session.inbox.held.size === 0) return
+        const held = [...session.inbox.held.entries()].sort(([a], [b]) => a - b)
+        let inbox = emptyInbox<{ readonly seqno: number; readonly message: ClientMessage }>(held[0]![0])
+        const ready: Array<{ readonly seqno: number; readonly message: ClientMessage }> = []
+        for (const [seqno, item] of held) {
+          const offered = offer(inbox, seqno, item, options.appendWindow)
+          inbox = offered.inbox
+          ready.push(...offered.ready)
+        }
+        session.inbox = inbox
+        const durable: Array<Effect.Effect<void>> = []
+        for (const item of ready) yield* handle(session, item.seqno, item.message, durable)
+      }))
 
     const write = (session: Session, messages: ReadonlyArray<AgentServerMessage>) =>
       session.channel.write(messages.map(frameOf))
@@ -558,12 +595,25 @@ export const make = (options: TransportOptions) =>
     const sweep = Effect.gen(function*() {
       const at = yield* now
       for (const [requestId, session] of sessions) {
+        // A RunSSE waiting on a request this process knows nothing of (no run request, no turn):
+        // after a restart that is a turn that ended before the crash, or one never received.
+        // End it with an error the client can act on rather than heartbeats forever.
+        if (
+          session.run === undefined && !session.runnerSpoke && !session.channel.isClosed() &&
+          session.channel.isAttached() && at - session.createdAtMs > options.orphanTimeoutMs
+        ) {
+          yield* endSession(session, Dialect.EndStream.Error({
+            code: "unavailable",
+            message: "The server has no turn for this request (it may have restarted after the turn ended). The conversation is saved; send your message again.",
+            detail: undefined
+          }))
+        }
         const finishedLongAgo = session.finishedAtMs !== undefined && at - session.finishedAtMs > options.finishedRetentionMs
         const idleLongAgo = session.conversationId === undefined && at - session.lastActivityMs > options.idleRetentionMs
         if ((finishedLongAgo || idleLongAgo) && !session.channel.isAttached()) sessions.delete(requestId)
       }
     })
-    yield* FiberSet.run(background, Effect.repeat(sweep, Schedule.spaced(Duration.seconds(10))))
+    yield* FiberSet.run(background, Effect.repeat(sweep, Schedule.spaced(Duration.millis(options.sweepIntervalMs))))
 
     const shutdown = Effect.forEach([...sessions.values()], (session) =>
       session.channel.isClosed()

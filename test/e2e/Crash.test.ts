@@ -1,0 +1,534 @@
+/**
+ * Crash at every commit point (DESIGN §4, invariants 7-10; issue 7).
+ *
+ * A scripted two-turn session runs under the real server as a child process (`npm start`'s
+ * `tsx src/main.ts`), against a loopback fake provider that answers from the request body:
+ *
+ *   turn 1  user "turn one: read notes.txt and log a line"
+ *           model call 1 -> two tool calls in one message: Read notes.txt (idempotent),
+ *                           Shell `echo hi >> log.txt` (not idempotent: counted in log.txt)
+ *           model call 2 (both results in) -> text, which says whether the shell ran
+ *   turn 2  user "turn two: anything else?"
+ *           model call 3 -> text
+ *
+ * First a clean run with `BYOK_FAULT_LOG_WRITES=1` counts the Store writes N (the commit
+ * points) and records the committed history and the provider request bodies. Then, for each
+ * k in 1..N, a fresh server on a fresh database is started with
+ * `BYOK_FAULT_CRASH_AFTER_WRITES=k` (SIGKILL right after its k-th write); as soon as it has
+ * died it is restarted without the fault on the same database and port, and the client carries
+ * on as Cursor does (`CrashDriver`: re-sends unacknowledged appends with the same seqnos,
+ * reopens RunSSE with the same request id, answers the new process's execs). Every run must end
+ * with the clean run's history (the shell call may instead carry the "interrupted" result, and
+ * then the model's next answer is the fake's answer to that history), the shell run at most once,
+ * no assistant message twice, every provider request's messages a prefix of the next one's, and
+ * every request byte-identical to the clean run's request for the same history.
+ *
+ * The clean run has N = 12 commit points (1 commitInput Start+plan call 1, 2 markLlmCall
+ * streaming, 3 commitInput Done (tool calls, Read planned), 4 markOperationSent Read,
+ * 5 commitInput Read result (Shell planned), 6 markOperationSent Shell, 7 commitInput Shell
+ * result (call 2 planned), 8 markLlmCall, 9 commitInput Done = end of turn 1, 10-12 the same
+ * three for turn 2). The ks run in `CRASH_LANES` (default 2) concurrent lanes, each with its
+ * own fake provider and workspace, one k after the other within a lane; histories and request
+ * bodies are compared with the workspace path replaced by `<ROOT>`. A second test kills the
+ * server from outside where no commit point lands (while the shell runs on the client, while a
+ * model call streams). The turn-end points (9, 12) and a re-sent-append race are KNOWN BUGS in
+ * src/, reproduced in their own describe at the end.
+ *
+ * No test asserts a duration; every wait is bounded; child processes, fake providers and temp
+ * directories are released by scope finalizers. `CRASH_POINTS=3,7` runs only those ks.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Option } from "effect"
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import type { ExecServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
+import type { Message } from "../../src/Llm.js"
+import * as Store from "../../src/Store.js"
+import * as AppHarness from "../support/AppHarness.js"
+import * as ChildServer from "../support/ChildServer.js"
+import { CrashClient } from "../support/CrashDriver.js"
+import type { CrashTurnResult } from "../support/CrashDriver.js"
+import { LocalWorkspace } from "../support/CursorClient.js"
+import type { ExecAnswer, Workspace } from "../support/CursorClient.js"
+import * as FakeProvider from "../support/FakeProvider.js"
+
+const { chunk } = FakeProvider.openAiChat
+const DONE = "data: [DONE]\n\n"
+
+const CONVERSATION = "conv-crash-every-commit"
+const TURN1 = { requestId: "req-crash-1", messageId: "msg-crash-1", text: "turn one: read notes.txt and log a line" }
+const TURN2 = { requestId: "req-crash-2", messageId: "msg-crash-2", text: "turn two: anything else?" }
+const READ_ID = "call_read_1"
+const SHELL_ID = "call_shell_1"
+const INTERRUPTED_MARK = "interrupted by a server restart"
+
+// -----------------------------------------------------------------------------
+// The fake model: answers from the request body alone
+// -----------------------------------------------------------------------------
+
+interface ChatMessage {
+  readonly role: string
+  readonly content?: unknown
+  readonly tool_call_id?: string
+  readonly [key: string]: unknown
+}
+interface ChatBody {
+  readonly messages: ReadonlyArray<ChatMessage>
+}
+
+const afterToolsText = (shellInterrupted: boolean) =>
+  shellInterrupted ? "The read worked; the shell call was interrupted, so I will not repeat it blindly." : "Read the notes and logged a line."
+const TURN2_ANSWER = "Nothing else: all done."
+
+const twoToolCalls = (): Array<string> => [
+  chunk({ role: "assistant", tool_calls: [{ index: 0, id: READ_ID, type: "function", function: { name: "Read", arguments: "" } }] }),
+  chunk({ tool_calls: [{ index: 0, function: { arguments: JSON.stringify({ path: "notes.txt" }) } }] }),
+  chunk({ tool_calls: [{ index: 1, id: SHELL_ID, type: "function", function: { name: "Shell", arguments: "" } }] }),
+  chunk({ tool_calls: [{ index: 1, function: { arguments: JSON.stringify({ command: "echo hi >> log.txt" }) } }] }),
+  chunk({}, "tool_calls", { usage: { prompt_tokens: 10, completion_tokens: 5 } }),
+  DONE
+]
+
+/** Per-run hooks of a lane: set by a run, consumed once. */
+interface LaneHooks {
+  /** Called 300 ms after the request for model call 2 (after the tools) arrives, while its stream is paused. */
+  killDuringStream: (() => void) | undefined
+  /** Called when the shell exec reaches the client, before it runs. */
+  killOnShellExec: (() => Promise<void>) | undefined
+}
+
+/** The fake model's answer to a request body; `firstByteDelayMs` holds each answer back before its first byte. */
+const answerer = (firstByteDelayMs: number, hooks: LaneHooks) => (request: FakeProvider.RecordedRequest): FakeProvider.Scripted => {
+  const delayed = (steps: Array<string>): Array<FakeProvider.Step> => firstByteDelayMs > 0 ? [{ delayMs: firstByteDelayMs }, ...steps] : steps
+  let body: ChatBody
+  try {
+    body = JSON.parse(request.body) as ChatBody
+  } catch {
+    return FakeProvider.status(400, { error: { message: "not JSON" } })
+  }
+  const last = body.messages[body.messages.length - 1]
+  const lastText = JSON.stringify(last ?? null)
+  if (last?.role === "user" && lastText.includes(TURN1.text)) return FakeProvider.sse(delayed(twoToolCalls()))
+  if (last?.role === "tool") {
+    const shell = body.messages.find((m) => m.role === "tool" && m.tool_call_id === SHELL_ID)
+    const steps = FakeProvider.openAiChat.text(afterToolsText(JSON.stringify(shell ?? null).includes(INTERRUPTED_MARK)), 3)
+    const kill = hooks.killDuringStream
+    if (kill !== undefined) {
+      // Once: the first deltas go out, the stream pauses, the server is killed meanwhile; the re-issued call gets the whole answer.
+      hooks.killDuringStream = undefined
+      setTimeout(kill, 300)
+      return FakeProvider.sse([...steps.slice(0, 2), { delayMs: 10_000 }, ...steps.slice(2)])
+    }
+    return FakeProvider.sse(delayed(steps))
+  }
+  if (last?.role === "user" && lastText.includes(TURN2.text)) return FakeProvider.sse(delayed(FakeProvider.openAiChat.text(TURN2_ANSWER, 3)))
+  return FakeProvider.status(400, { error: { message: `the fake model has no answer for this history (last: ${lastText.slice(0, 200)})` } })
+}
+
+// -----------------------------------------------------------------------------
+// The workspace: a real directory, exec kinds counted
+// -----------------------------------------------------------------------------
+
+const countingWorkspace = (root: string, hooks: LaneHooks) => {
+  const local = new LocalWorkspace(root)
+  const counts = new Map<string, number>()
+  const workspace: Workspace = {
+    answer: (exec: ExecServerMessage, signal: AbortSignal): AsyncIterable<ExecAnswer> => {
+      counts.set(exec.message.case ?? "none", (counts.get(exec.message.case ?? "none") ?? 0) + 1)
+      const kill = hooks.killOnShellExec
+      if (kill !== undefined && (exec.message.case === "shellStreamArgs" || exec.message.case === "shellArgs")) {
+        // Once: the server dies after it sent the shell exec and before any result; the command still runs here.
+        hooks.killOnShellExec = undefined
+        return (async function*() {
+          await kill()
+          yield* local.answer(exec, signal)
+        })()
+      }
+      return local.answer(exec, signal)
+    }
+  }
+  return { workspace, counts }
+}
+
+const shellRuns = (root: string): number => {
+  try {
+    return readFileSync(join(root, "log.txt"), "utf8").split("\n").filter((line) => line === "hi").length
+  } catch {
+    return 0
+  }
+}
+
+// -----------------------------------------------------------------------------
+// One run of the session (clean, or with a crash after write k)
+// -----------------------------------------------------------------------------
+
+/** A lane: a fake provider and a workspace directory, reused by the runs made in it one after the other. */
+interface Lane {
+  readonly provider: FakeProvider.FakeProvider
+  readonly root: string
+  readonly hooks: LaneHooks
+}
+
+interface RunOutcome {
+  readonly turns: ReadonlyArray<CrashTurnResult>
+  /** The committed history, each message as JSON with the lane's workspace path replaced by `<ROOT>`. */
+  readonly history: ReadonlyArray<string>
+  /** The provider request bodies of this run, the workspace path replaced by `<ROOT>`. */
+  readonly bodies: ReadonlyArray<string>
+  /** `<n> <operation>` for each Store write, over both processes. */
+  readonly writes: ReadonlyArray<string>
+  readonly crashed: boolean
+  readonly shellRuns: number
+  readonly reads: number
+  readonly stdout: string
+}
+
+const loadHistory = (database: string) =>
+  Effect.gen(function*() {
+    const store = yield* Store.Store
+    const loaded = yield* store.load(CONVERSATION)
+    return Option.match(loaded, { onNone: () => [] as ReadonlyArray<Message>, onSome: (c) => c.state.messages })
+  }).pipe(Effect.provide(Store.layerSqlite({ filename: database })), Effect.orDie, Effect.scoped)
+
+interface RunOptions {
+  /** SIGKILL the server from outside at a moment no commit point reaches. */
+  readonly kill?: "whileShellRuns" | "whileModelStreams"
+  /** SIGKILL the first process right after its k-th Store write; absent: a clean run. */
+  readonly crashAfter?: number
+  /** How long a turn may take, restarts included. */
+  readonly turnTimeoutMs?: number
+}
+
+const runSession = (lane: Lane, options: RunOptions = {}) =>
+  Effect.gen(function*() {
+    const { provider, root } = lane
+    rmSync(join(root, "log.txt"), { force: true })
+    const { counts, workspace } = countingWorkspace(root, lane.hooks)
+    const firstRequest = provider.requests.length
+    const env: Record<string, string> = { [AppHarness.API_KEY_ENV]: AppHarness.API_KEY, BYOK_FAULT_LOG_WRITES: "1" }
+    if (options.crashAfter !== undefined) env["BYOK_FAULT_CRASH_AFTER_WRITES"] = String(options.crashAfter)
+    const child = yield* ChildServer.make({ config: AppHarness.fileConfigJson(provider.baseUrl, { orphanTimeoutMs: 5_000 }), env, startTimeoutMs: 90_000 })
+    let crashed = false
+    // The test plays the supervisor: once the crashed process is gone, it starts it again, without the fault.
+    let stopWatching = false
+    let restartError: unknown = undefined
+    const supervisor = child.exited().then(async (exit) => {
+      if (stopWatching) return
+      crashed = exit.signal === "SIGKILL" || exit.code !== 0
+      await child.restart({ env: { BYOK_FAULT_CRASH_AFTER_WRITES: "" } })
+    }).catch((error: unknown) => {
+      restartError = error
+    })
+    // Runs before the child is closed (finalizers run in reverse): no restart once the run is over, even on failure.
+    yield* Effect.addFinalizer(() => Effect.sync(() => {
+      stopWatching = true
+    }))
+    const killChild = async () => {
+      await child.kill("SIGKILL").catch(() => undefined)
+    }
+    if (options.kill === "whileShellRuns") lane.hooks.killOnShellExec = killChild
+    if (options.kill === "whileModelStreams") lane.hooks.killDuringStream = () => void killChild()
+    yield* Effect.addFinalizer(() => Effect.sync(() => {
+      lane.hooks.killOnShellExec = undefined
+      lane.hooks.killDuringStream = undefined
+    }))
+    const client = new CrashClient({ baseUrl: child.baseUrl, workspace, serverBackTimeoutMs: 120_000, turnTimeoutMs: options.turnTimeoutMs ?? 120_000 })
+    const turns = yield* Effect.promise(async () => {
+      const first = await client.runTurn({ conversationId: CONVERSATION, ...TURN1, workspacePaths: [root] })
+      const checkpoint = first.checkpoints[first.checkpoints.length - 1]
+      const second = await client.runTurn({
+        conversationId: CONVERSATION,
+        ...TURN2,
+        workspacePaths: [root],
+        ...(checkpoint !== undefined ? { conversationState: checkpoint } : {})
+      })
+      return [first, second]
+    })
+    stopWatching = true
+    yield* Effect.promise(() => child.kill("SIGTERM"))
+    yield* Effect.promise(() => supervisor)
+    if (child.running()) yield* Effect.promise(() => child.kill("SIGKILL"))
+    if (restartError !== undefined) console.log(`[crash] the restart failed: ${String(restartError)}`)
+    const history = yield* loadHistory(child.database)
+    const normalize = (text: string) => text.replaceAll(root, "<ROOT>")
+    return {
+      turns,
+      history: history.map((m) => normalize(JSON.stringify(m))),
+      bodies: provider.requests.slice(firstRequest).map((r) => normalize(r.body)),
+      writes: [...child.stderr().matchAll(/^fault: write (\d+) (\w+)$/gm)].map((m) => `${m[1]} ${m[2]}`),
+      crashed,
+      shellRuns: shellRuns(root),
+      reads: counts.get("readArgs") ?? 0,
+      stdout: child.stdout()
+    } satisfies RunOutcome
+  }).pipe(Effect.scoped)
+
+// -----------------------------------------------------------------------------
+// What every run must satisfy
+// -----------------------------------------------------------------------------
+
+const messagesOf = (body: string) => (JSON.parse(body) as ChatBody).messages
+
+const isInterrupted = (message: string | undefined) =>
+  message !== undefined && (JSON.parse(message) as Message).role === "toolResult" && message.includes(`"isError":true`) && message.includes(INTERRUPTED_MARK)
+
+/** The failures of one run against the clean run, as readable lines (empty: it passed). */
+const check = (clean: RunOutcome, run: RunOutcome): Array<string> => {
+  const failures: Array<string> = []
+  for (const [i, turn] of run.turns.entries()) {
+    if (turn.problems.length > 0) failures.push(`turn ${i + 1}: client problems: ${turn.problems.join(" | ")}`)
+    if (turn.end?._tag !== "Ok") failures.push(`turn ${i + 1}: ended with ${JSON.stringify(turn.end)}`)
+    if (!turn.events.some((e) => e.kind === "turn_ended")) failures.push(`turn ${i + 1}: no turn_ended`)
+    if (turn.checkpoints.length === 0) failures.push(`turn ${i + 1}: no checkpoint`)
+  }
+  // The history: the clean one, or the clean one with the shell interrupted and the model's answer to that.
+  const shellIndex = clean.history.findIndex((m) => m.includes(`"role":"toolResult"`) && m.includes(`"toolCallId":"${SHELL_ID}"`))
+  const interrupted = isInterrupted(run.history[shellIndex])
+  const expected = clean.history.map((message, i) => {
+    if (!interrupted) return message
+    if (i === shellIndex) return run.history[i]
+    if (i === shellIndex + 1) return message.replace(JSON.stringify(afterToolsText(false)), JSON.stringify(afterToolsText(true)))
+    return message
+  })
+  const shown = (h: ReadonlyArray<string | undefined>) => h.map((m) => (m ?? "(none)").slice(0, 200)).join("\n    ")
+  if (run.history.length !== expected.length || run.history.some((m, i) => m !== expected[i])) {
+    failures.push(`history differs from the clean run${interrupted ? " (shell interrupted)" : ""}:\n  got:\n    ${shown(run.history)}\n  expected:\n    ${shown(expected)}`)
+  }
+  // Each tool at most once: the shell by its line in log.txt; with a real result it ran exactly once.
+  if (run.shellRuns > 1) failures.push(`the shell command ran ${run.shellRuns} times`)
+  if (!interrupted && run.shellRuns !== 1) failures.push(`the shell call has its real result but ran ${run.shellRuns} times`)
+  // No assistant message twice, and one per distinct model request.
+  const assistants = run.history.filter((m) => m.includes(`"role":"assistant"`))
+  if (new Set(assistants).size !== assistants.length) failures.push(`an assistant message is duplicated in the history`)
+  const calls = new Set(run.bodies.map((b) => messagesOf(b).length)).size
+  if (calls !== assistants.length) failures.push(`${calls} distinct model requests but ${assistants.length} assistant messages`)
+  // Request histories: each request's messages an element-wise prefix of the next one's; a re-issue byte-identical.
+  const cleanByLength = new Map(clean.bodies.map((b) => [messagesOf(b).length, b]))
+  for (const [i, body] of run.bodies.entries()) {
+    const messages = messagesOf(body)
+    const next = run.bodies[i + 1]
+    if (next !== undefined) {
+      const following = messagesOf(next)
+      if (following.length < messages.length || messages.some((m, j) => JSON.stringify(m) !== JSON.stringify(following[j]))) {
+        failures.push(`provider request ${i + 1}'s messages are not a prefix of request ${i + 2}'s`)
+      }
+      if (following.length === messages.length && next !== body) failures.push(`provider request ${i + 2} re-issues request ${i + 1} with different bytes`)
+    }
+    // Byte-identical to the clean run's request for the same history (before an interruption changed it).
+    const reference = cleanByLength.get(messages.length)
+    if (reference !== undefined && reference !== body && (!interrupted || messages.length <= shellIndex)) {
+      failures.push(`provider request ${i + 1} differs from the clean run's request with ${messages.length} messages`)
+    }
+  }
+  return failures
+}
+
+/** `k` a crash point, or a label for a kill from outside. */
+const summary = (k: number | string, clean: RunOutcome, run: RunOutcome) =>
+  `${typeof k === "number" ? `k=${k} (clean write ${clean.writes[k - 1] ?? "?"})` : k}: crashed=${run.crashed}, provider requests=${run.bodies.length}, ` +
+  `shell runs=${run.shellRuns}, reads=${run.reads}, interrupted=${run.history.some((m) => isInterrupted(m))}, ` +
+  `RunSSE connections=${run.turns.map((t) => t.connections).join("+")}, appends re-sent=${run.turns.map((t) => t.resentAppends).join("+")}`
+
+const details = (k: number | string, clean: RunOutcome, run: RunOutcome, failures: ReadonlyArray<string>) => {
+  const appends = run.turns.map((turn, i) =>
+    `  turn ${i + 1} appends (seqno what status x attempts): ` + turn.appends.map((a) => `${a.seqno} ${a.what} ${a.status}x${a.attempts}`).join(", ")
+  )
+  return `${summary(k, clean, run)}\n  ${failures.join("\n  ")}\n${appends.join("\n")}\n  writes: ${run.writes.join(", ")}\n  server stdout (tail):\n${run.stdout.slice(-3000)}`
+}
+
+/** Runs crash point k in a lane: its failures (a crash that did not happen is one) and a readable report. */
+const crashRun = (lane: Lane, clean: RunOutcome, k: number, options: Omit<RunOptions, "crashAfter"> = {}) =>
+  Effect.gen(function*() {
+    const run = yield* runSession(lane, { ...options, crashAfter: k })
+    const failures = check(clean, run)
+    if (!run.crashed) failures.unshift(`the server did not crash after write ${k}`)
+    console.log(`[crash] ${summary(k, clean, run)}: ${failures.length === 0 ? "ok" : "FAILED"}`)
+    return { failures, report: details(k, clean, run, failures) }
+  })
+
+// -----------------------------------------------------------------------------
+// Fixtures
+// -----------------------------------------------------------------------------
+
+const makeLane = (firstByteDelayMs = 0) =>
+  Effect.gen(function*() {
+    const provider = yield* FakeProvider.make
+    const hooks: LaneHooks = { killDuringStream: undefined, killOnShellExec: undefined }
+    provider.setFallback(answerer(firstByteDelayMs, hooks))
+    const root = yield* Effect.acquireRelease(
+      Effect.sync(() => {
+        const dir = mkdtempSync(join(tmpdir(), "cursor-byok-crash-ws-"))
+        writeFileSync(join(dir, "notes.txt"), "remember the milk\n")
+        return dir
+      }),
+      (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
+    )
+    return { provider, root, hooks } satisfies Lane
+  })
+
+/** The clean run, made once per file and shared by the tests (its lane is only used for it). */
+let cleanRun: RunOutcome | undefined
+const clean = Effect.suspend(() =>
+  cleanRun !== undefined ? Effect.succeed(cleanRun) : Effect.gen(function*() {
+    const run = yield* runSession(yield* makeLane())
+    const diagnostics = `\nwrites: ${run.writes.join(", ")}\nstdout:\n${run.stdout.slice(-3000)}`
+    assert.isFalse(run.crashed, diagnostics)
+    for (const turn of run.turns) {
+      assert.deepStrictEqual(turn.problems, [], diagnostics)
+      assert.strictEqual(turn.end?._tag, "Ok", diagnostics)
+      assert.isNotEmpty(turn.checkpoints, diagnostics)
+    }
+    assert.strictEqual(run.shellRuns, 1)
+    assert.strictEqual(run.reads, 1)
+    assert.strictEqual(run.bodies.length, 3, diagnostics)
+    assert.deepStrictEqual(run.history.map((m) => (JSON.parse(m) as Message).role), ["user", "assistant", "toolResult", "toolResult", "assistant", "user", "assistant"])
+    assert.deepStrictEqual(check(run, run), [])
+    // Turn 2 (text only) writes its Start, marks its call streaming, commits its Done: the last three writes.
+    assert.deepStrictEqual(run.writes.slice(-4).map((w) => w.split(" ")[1]), ["commitInput", "commitInput", "markLlmCall", "commitInput"], diagnostics)
+    console.log(`[crash] clean run: ${run.writes.length} commit points: ${run.writes.join(", ")}`)
+    cleanRun = run
+    return run
+  }).pipe(Effect.scoped)
+)
+
+/**
+ * The commit that ends a turn (its last model call's Done, committed with the turn's end): turn
+ * 1's is the write before turn 2's three, turn 2's the last. See the KNOWN BUG below.
+ */
+const turnEndPoints = (run: RunOutcome): ReadonlyArray<number> => [run.writes.length - 3, run.writes.length]
+
+/** Set to false once the server ends (or replays the end of) a turn whose final commit preceded a crash: then every k runs in the main test. */
+const KNOWN_BUG_TURN_END = true
+
+const selectedPoints = (all: ReadonlyArray<number>): ReadonlyArray<number> => {
+  const chosen = process.env["CRASH_POINTS"]
+  if (chosen === undefined || chosen === "") return all
+  const wanted = new Set(chosen.split(",").map(Number))
+  return all.filter((k) => wanted.has(k))
+}
+
+/** Runs `points` spread over `lanes` lanes (each its own fake provider and workspace), in sequence within a lane. */
+const runPoints = (cleanOutcome: RunOutcome, points: ReadonlyArray<number>, lanes: number) =>
+  Effect.gen(function*() {
+    const groups = Array.from({ length: lanes }, (_, lane) => points.filter((_, i) => i % lanes === lane)).filter((g) => g.length > 0)
+    const results = yield* Effect.forEach(groups, (group) =>
+      Effect.gen(function*() {
+        const lane = yield* makeLane()
+        return yield* Effect.forEach(group, (k) => crashRun(lane, cleanOutcome, k))
+      }).pipe(Effect.scoped), { concurrency: "unbounded" })
+    return results.flat().filter((r) => r.failures.length > 0).map((r) => r.report)
+  })
+
+const LANES = Math.max(1, Number(process.env["CRASH_LANES"] ?? 2))
+
+describe("Crash at every commit point (child process, SIGKILL right after Store write k, restart on the same database)", () => {
+  it.scopedLive("every k: the clean run's history (or the shell reported interrupted), each tool at most once, no assistant message twice, request histories byte-prefix-stable", () =>
+    Effect.gen(function*() {
+      const reference = yield* clean
+      const n = reference.writes.length
+      const excluded = KNOWN_BUG_TURN_END ? new Set(turnEndPoints(reference)) : new Set<number>()
+      const points = selectedPoints(Array.from({ length: n }, (_, i) => i + 1).filter((k) => !excluded.has(k)))
+      const failed = yield* runPoints(reference, points, LANES)
+      assert.deepStrictEqual(failed, [])
+    }), { timeout: 600_000 })
+
+  /*
+   * Between two commit points, where no k lands: the server killed from outside (1) after the
+   * shell exec reached the client and before its result (the command runs once; the restarted
+   * server reports it interrupted and drops the late result), (2) while model call 2 streams
+   * (the provider saw the request: it is re-issued byte for byte and answered once).
+   */
+  it.scopedLive("SIGKILL between commit points: while the shell runs on the client (interrupted, ran once), while a model call streams (re-issued byte-identical)", () =>
+    Effect.gen(function*() {
+      const reference = yield* clean
+      const [shell, stream] = yield* Effect.all([
+        Effect.flatMap(makeLane(), (lane) => runSession(lane, { kill: "whileShellRuns" })),
+        Effect.flatMap(makeLane(), (lane) => runSession(lane, { kill: "whileModelStreams" }))
+      ], { concurrency: "unbounded" })
+      const shellFailures = check(reference, shell)
+      if (!shell.crashed) shellFailures.unshift("the server was not killed")
+      console.log(`[crash] ${summary("killed while the shell runs", reference, shell)}`)
+      assert.deepStrictEqual(shellFailures, [], details("killed while the shell runs", reference, shell, shellFailures))
+      assert.isTrue(shell.history.some((m) => isInterrupted(m)), "the shell call is reported interrupted")
+      assert.strictEqual(shell.shellRuns, 1, "the shell command ran once (on the client, before the restart)")
+      const streamFailures = check(reference, stream)
+      if (!stream.crashed) streamFailures.unshift("the server was not killed")
+      console.log(`[crash] ${summary("killed while model call 2 streams", reference, stream)}`)
+      assert.deepStrictEqual(streamFailures, [], details("killed while model call 2 streams", reference, stream, streamFailures))
+      // Call 2 went out twice, byte for byte (the clean run made 3 calls; here 4).
+      assert.strictEqual(stream.bodies.length, 4, details("killed while model call 2 streams", reference, stream, []))
+      assert.strictEqual(stream.bodies[2], stream.bodies[1])
+      assert.strictEqual(stream.bodies[1], reference.bodies[1])
+    }), { timeout: 300_000 })
+})
+
+/**
+ * While a bug is open, its test pins the exact symptom (so it fails if the bug changes shape or
+ * goes away); once the bug is fixed, set its flag to false and the test asserts the right
+ * behaviour (and, for the turn end, the main test runs every k).
+ */
+const KNOWN_BUG_HELD_APPEND = false
+
+const expectKnownBug = (open: boolean, outcome: { readonly failures: ReadonlyArray<string>; readonly report: string }, symptoms: ReadonlyArray<string>) => {
+  if (!open) {
+    assert.deepStrictEqual(outcome.failures, [], outcome.report)
+    return
+  }
+  assert.isNotEmpty(outcome.failures, `this known bug no longer reproduces: if src/ fixed it, set its flag to false\n${outcome.report}`)
+  assert.deepStrictEqual(outcome.failures, symptoms, `the known bug's symptom changed:\n${outcome.report}`)
+}
+
+/**
+ * Bugs in src/ this test found: reproductions, with the symptom pinned while open. The held
+ * re-sent append (below) is fixed: a recovered turn adopts appends that arrived before it spoke.
+ */
+describe("KNOWN BUGS found by the crash test", () => {
+  /*
+   * A crash right after the commit that ends a turn (clean write 9 = turn 1's final Done
+   * commitInput; 12 = turn 2's): the history is complete, but the process dies before
+   * `ClientGateway.finish` sends set_blob / turn_ended / checkpoint / end-stream. The restarted
+   * process has nothing in flight (`listInFlight` is empty, no "recovered" log line), so the
+   * client's RunSSE reconnect with the same request id gets a fresh empty session. It used to
+   * get heartbeats forever; since the transport ends a RunSSE that waits on a request it has no
+   * turn for (`orphanTimeoutMs`, 5 s here), it gets a readable `unavailable` error instead. Still
+   * open: the turn's end (turn_ended, checkpoint) is not replayed, so Cursor never gets that
+   * turn's checkpoint. (Turn 2 then runs fine on the full history.)
+   */
+  it.scopedLive(`crash right after a turn's final commit: the reconnected RunSSE gets the turn's end (turn_ended, checkpoint, end-stream)${KNOWN_BUG_TURN_END ? " [OPEN: symptom pinned]" : ""}`, () =>
+    Effect.gen(function*() {
+      const reference = yield* clean
+      const [turn1End] = turnEndPoints(reference)
+      const lane = yield* makeLane()
+      const outcome = yield* crashRun(lane, reference, turn1End!, { turnTimeoutMs: 30_000 })
+      expectKnownBug(KNOWN_BUG_TURN_END, outcome, [
+        "turn 1: ended with {\"code\":\"unavailable\",\"message\":\"The server has no turn for this request (it may have restarted after the turn ended). The conversation is saved; send your message again.\",\"_tag\":\"Error\"}",
+        "turn 1: no turn_ended",
+        "turn 1: no checkpoint"
+      ])
+    }), { timeout: 300_000 })
+
+  /*
+   * A re-sent append that reaches the restarted process before the recovered turn has spoken
+   * (here the model answers 1.5 s after each request). Crash after clean write 5 (the Read
+   * result's commitInput): that append (seqno s > 0) was not acknowledged, so the client sends
+   * it again at once. `bidiAppend` creates the session (not adopted: `turnSession` has not run
+   * for it yet), whose inbox expects seqno 0, so append s is HELD (and acknowledged). When the
+   * runner then speaks, `turnSession` no longer marks the session adopted (`inbox.held.size > 0`).
+   * Every later append of the turn is held as well: the client's set_blob acknowledgements
+   * (answered 200) never reach the transport, `storeBlobs` times out after 10 s, and the turn
+   * ends without its checkpoint ("the client did not acknowledge the blobs of req-crash-1;
+   * checkpoint not published"). Had the recovered model call asked for another tool, its exec
+   * results would be held the same way and the turn would hang. With an immediate model answer
+   * the runner usually speaks first, which is why the main test passes at k=5, 7, 8; under
+   * load it can hit this bug there until it is fixed.
+   */
+  it.scopedLive(`crash after a tool result's commit, re-sent append reaches the new process before the recovered turn speaks: later appends still go through, the turn gets its checkpoint${KNOWN_BUG_HELD_APPEND ? " [OPEN: symptom pinned]" : ""}`, () =>
+    Effect.gen(function*() {
+      const reference = yield* clean
+      const lane = yield* makeLane(1_500)
+      const readResultCommit = reference.writes.findIndex((w, i) => w.endsWith("commitInput") && reference.writes[i - 1]?.endsWith("markOperationSent")) + 1
+      const outcome = yield* crashRun(lane, reference, readResultCommit, { turnTimeoutMs: 60_000 })
+      expectKnownBug(KNOWN_BUG_HELD_APPEND, outcome, ["turn 1: no checkpoint"])
+    }), { timeout: 300_000 })
+})
