@@ -4,12 +4,20 @@
  * noise in mind (2 shared cores), and never assert them in a test.
  */
 import { Effect } from "effect"
+import * as Ack from "./ack.js"
+import * as Latency from "./latency.js"
+import * as Memory from "./memory.js"
 import * as Sse from "./sse.js"
 import * as Store from "./store.js"
+import * as Throughput from "./throughput.js"
 
 const benches: Record<string, () => Promise<string>> = {
   store: async () => (await Store.run({ print: false })).markdown,
-  sse: async () => (await Effect.runPromise(Sse.run())).markdown
+  sse: async () => (await Effect.runPromise(Sse.run())).markdown,
+  latency: async () => (await Latency.run()).markdown,
+  throughput: async () => (await Throughput.run()).markdown,
+  ack: async () => (await Ack.run()).markdown,
+  memory: async () => (await Memory.run()).markdown
 }
 
 const wanted = process.argv.slice(2)

@@ -1,0 +1,111 @@
+/**
+ * Profiles the server child under a benchmark load: starts `support/serve.ts`, runs `streams` concurrent turns of `deltas` deltas (`min`–`max` ms apart; 0 0
+ * for unpaced) after a warm-up round that the profile (V8's, started over IPC) leaves out, and prints the
+ * top functions by self time and the files by self time. Not part of `npm run bench`.
+ *
+ *   node_modules/.bin/tsx bench/profile.ts [streams] [deltas] [minMs] [maxMs] [rounds]
+ */
+import { mkdtempSync, readFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join, relative } from "node:path"
+import { pathToFileURL } from "node:url"
+import { repoRoot, startServer } from "./support/child.js"
+import * as Provider from "./support/provider.js"
+import { concurrently, serverStream } from "./support/streams.js"
+
+interface ProfileNode {
+  readonly id: number
+  readonly callFrame: { readonly functionName: string; readonly url: string; readonly lineNumber: number; readonly columnNumber: number }
+  readonly hitCount?: number
+  readonly children?: ReadonlyArray<number>
+}
+
+/** Top functions and files by self time of a `.cpuprofile`. */
+export const summarizeProfile = (path: string, top = 30): string => {
+  const profile = JSON.parse(readFileSync(path, "utf8")) as { nodes: Array<ProfileNode>; startTime: number; endTime: number }
+  const total = profile.nodes.reduce((n, node) => n + (node.hitCount ?? 0), 0)
+  const byFunction = new Map<string, number>()
+  const byFile = new Map<string, number>()
+  const short = (url: string) => {
+    const file = url.startsWith("file://") ? relative(repoRoot, new URL(url).pathname) : url
+    return file.replace(/^node_modules\/\.pnpm\/[^/]+\/node_modules\//, "node_modules/")
+  }
+  for (const node of profile.nodes) {
+    const hits = node.hitCount ?? 0
+    if (hits === 0) continue
+    const file = short(node.callFrame.url) || "(native)"
+    const key = `${node.callFrame.functionName || "(anonymous)"} ${file}:${node.callFrame.lineNumber + 1}`
+    byFunction.set(key, (byFunction.get(key) ?? 0) + hits)
+    const fileKey = file.replace(/^(node_modules\/(@[^/]+\/)?[^/]+).*$/, "$1")
+    byFile.set(fileKey, (byFile.get(fileKey) ?? 0) + hits)
+  }
+  // Inclusive time: each sample counts once for every distinct function on its stack.
+  const byId = new Map(profile.nodes.map((node) => [node.id, node]))
+  const parent = new Map<number, number>()
+  for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id)
+  const keyOf = (node: ProfileNode) =>
+    `${node.callFrame.functionName || "(anonymous)"} ${short(node.callFrame.url) || "(native)"}:${node.callFrame.lineNumber + 1}:${node.callFrame.columnNumber + 1}`
+  const inclusive = new Map<string, number>()
+  for (const node of profile.nodes) {
+    const hits = node.hitCount ?? 0
+    if (hits === 0) continue
+    const seen = new Set<string>()
+    for (let id: number | undefined = node.id; id !== undefined; id = parent.get(id)) {
+      const current = byId.get(id)!
+      if (!current.callFrame.url.includes("/src/")) continue
+      const key = keyOf(current)
+      if (seen.has(key)) continue
+      seen.add(key)
+      inclusive.set(key, (inclusive.get(key) ?? 0) + hits)
+    }
+  }
+  const pct = (hits: number) => `${((hits / total) * 100).toFixed(1)}%`
+  const rows = (map: Map<string, number>, n: number) =>
+    [...map].sort((a, b) => b[1] - a[1]).slice(0, n).map(([key, hits]) => `| ${pct(hits)} | \`${key}\` |`)
+  return [
+    `${total} samples over ${((profile.endTime - profile.startTime) / 1e6).toFixed(1)} s`,
+    "",
+    "| self | function |",
+    "| ---: | --- |",
+    ...rows(byFunction, top),
+    "",
+    "| total | function in src/ (inclusive) |",
+    "| ---: | --- |",
+    ...rows(inclusive, top),
+    "",
+    "| self | file or package |",
+    "| ---: | --- |",
+    ...rows(byFile, 15)
+  ].join("\n")
+}
+
+const main = async () => {
+  const [streams = 50, deltas = 150, minMs = 5, maxMs = 20, rounds = 3] = process.argv.slice(2).map(Number)
+  const dir = mkdtempSync(join(tmpdir(), "byok-prof-"))
+  const provider = await Provider.start()
+  const server = await startServer(provider.baseUrl)
+  const path = join(dir, "server.cpuprofile")
+  let sequence = 0
+  try {
+    for (let round = 0; round <= rounds; round++) {
+      if (round === 1) await server.profileStart()
+      const results = await concurrently(streams, 100, () => serverStream(server.baseUrl, provider, { id: `p${sequence++}`, deltas, minMs, maxMs }))
+      const problems = results.flatMap((r) => r.problems)
+      console.error(`round ${round}: ${results.reduce((n, r) => n + r.deltas, 0)} deltas, ${problems.length} problems ${problems.slice(0, 2).join("; ")}`)
+      provider.reset()
+    }
+    await server.profileStop(path)
+  } finally {
+    await server.dispose()
+    await provider.close()
+  }
+  console.log(`profile: ${path} (${streams} streams × ${deltas} deltas, ${minMs}–${maxMs} ms, ${rounds + 1} rounds incl. warm-up)\n`)
+  console.log(summarizeProfile(path))
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().catch((error) => {
+    console.error(error)
+    process.exitCode = 1
+  })
+}

@@ -1,0 +1,172 @@
+/**
+ * Starting the benchmark children (the server of `serve.ts`, the relay of `relay.ts`) as
+ * separate Node processes, so that the clients and the fake provider in the benchmark process
+ * do not share the event loop being measured; reading their RSS and CPU time from /proc.
+ */
+import { execFileSync, spawn } from "node:child_process"
+import type { ChildProcess } from "node:child_process"
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+
+const here = dirname(fileURLToPath(import.meta.url))
+export const repoRoot = join(here, "..", "..")
+
+export interface Child {
+  readonly pid: number
+  readonly port: number
+  readonly baseUrl: string
+  /** Last lines the child printed (logs), for diagnostics. */
+  readonly output: () => string
+  /** Full GC in the child (when it has `--expose-gc`); resolves with its `process.memoryUsage()`. */
+  readonly gc: () => Promise<NodeJS.MemoryUsage>
+  /** VmRSS and VmHWM of the child from /proc, in bytes. */
+  readonly rss: () => { readonly rss: number; readonly peak: number }
+  /** User + system CPU seconds the child has used so far (from /proc/<pid>/stat). */
+  readonly cpuSeconds: () => number
+  /** Starts the V8 CPU profiler in the child (sampling every `intervalUs`). */
+  readonly profileStart: (intervalUs?: number) => Promise<void>
+  /** Stops it and writes the `.cpuprofile` to `path`. */
+  readonly profileStop: (path: string) => Promise<void>
+  /** Asks the child to exit (normal exit, so a CPU profile is written); kills it after 5 s. */
+  readonly stop: () => Promise<void>
+}
+
+export interface ChildOptions {
+  readonly env?: Readonly<Record<string, string>>
+  /**
+   * Run the script precompiled (one esbuild bundle of the script and src/, packages external,
+   * under node_modules/.cache) with plain `node` instead of through the tsx loader.
+   */
+  readonly compiled?: boolean
+  /** Extra Node flags, e.g. `--cpu-prof`. */
+  readonly nodeFlags?: ReadonlyArray<string>
+}
+
+const bundled = new Map<string, string>()
+
+/** Bundles a support script with esbuild (once per process); returns the bundle's path. */
+const bundle = (script: string): string => {
+  const existing = bundled.get(script)
+  if (existing !== undefined) return existing
+  const dir = join(repoRoot, "node_modules", ".cache", "byok-bench")
+  mkdirSync(dir, { recursive: true })
+  const out = join(dir, script.replace(/\.ts$/, ".mjs"))
+  execFileSync(join(repoRoot, "node_modules", ".bin", "esbuild"), [
+    join(here, script), "--bundle", "--platform=node", "--format=esm", "--packages=external", `--outfile=${out}`, "--log-level=warning"
+  ], { cwd: repoRoot })
+  bundled.set(script, out)
+  return out
+}
+
+const launch = (script: string, options: ChildOptions): Promise<Child> =>
+  new Promise((resolve, reject) => {
+    const entry = options.compiled === true ? [bundle(script)] : ["--import", "tsx", join(here, script)]
+    const child: ChildProcess = spawn(process.execPath, ["--expose-gc", ...(options.nodeFlags ?? []), ...entry], {
+      cwd: repoRoot,
+      stdio: ["ignore", "pipe", "pipe", "ipc"],
+      env: { ...process.env, ...options.env }
+    })
+    const lines: Array<string> = []
+    let ready = false
+    let nextId = 0
+    const waiting = new Map<number, (answer: Record<string, unknown>) => void>()
+    const ask = (request: Record<string, unknown>): Promise<Record<string, unknown>> =>
+      new Promise((done, fail) => {
+        const id = nextId++
+        const guard = setTimeout(() => fail(new Error(`no answer to ${String(request["op"])} within 30 s`)), 30_000)
+        waiting.set(id, (answer) => {
+          clearTimeout(guard)
+          done(answer)
+        })
+        child.send({ ...request, id })
+      })
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL")
+      reject(new Error(`${script} did not start within 30 s:\n${lines.join("\n")}`))
+    }, 30_000)
+    const keep = (text: string) => {
+      for (const line of text.split("\n")) if (line !== "") lines.push(line)
+      if (lines.length > 40) lines.splice(0, lines.length - 40)
+    }
+    child.stderr!.setEncoding("utf8").on("data", keep)
+    child.stdout!.setEncoding("utf8").on("data", (text: string) => {
+      keep(text)
+      const match = /READY (\d+) (\d+)/.exec(text)
+      if (match === null || ready) return
+      ready = true
+      clearTimeout(timer)
+      const port = Number(match[1])
+      const pid = Number(match[2])
+      const exited = new Promise<void>((done) => child.once("exit", () => done()))
+      resolve({
+        pid,
+        port,
+        baseUrl: `http://127.0.0.1:${port}`,
+        output: () => lines.join("\n"),
+        gc: () => ask({ op: "gc" }).then((answer) => answer["memory"] as NodeJS.MemoryUsage),
+        profileStart: (intervalUs = 200) => ask({ op: "profile-start", intervalUs }).then(() => undefined),
+        profileStop: (path) => ask({ op: "profile-stop", path }).then(() => undefined),
+        rss: () => {
+          const status = readFileSync(`/proc/${pid}/status`, "utf8")
+          const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? Number.NaN) * 1024
+          return { rss: kb("VmRSS"), peak: kb("VmHWM") }
+        },
+        cpuSeconds: () => {
+          const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+          const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+          return (Number(fields[11]) + Number(fields[12])) / 100
+        },
+        stop: async () => {
+          if (child.exitCode !== null) return
+          if (child.connected) child.send({ op: "exit" })
+          const killer = setTimeout(() => child.kill("SIGKILL"), 5_000)
+          await exited
+          clearTimeout(killer)
+        }
+      })
+    })
+    child.on("message", (message: { id: number } & Record<string, unknown>) => {
+      waiting.get(message.id)?.(message)
+      waiting.delete(message.id)
+    })
+    child.once("exit", (code) => {
+      if (!ready) {
+        clearTimeout(timer)
+        reject(new Error(`${script} exited with ${code} before it was ready:\n${lines.join("\n")}`))
+      }
+    })
+  })
+
+/** The FileConfig of a server whose one model `bench-model` streams from the fake provider. */
+export const benchConfig = (providerBaseUrl: string, database: string, extra: Record<string, unknown> = {}) => ({
+  database,
+  heartbeatMs: 5_000,
+  providers: [{ id: "bench", api: "openai-chat", baseUrl: providerBaseUrl }],
+  models: [{ id: "bench-model", provider: "bench", upstreamModel: "bench-model", contextWindow: 200_000 }],
+  ...extra
+})
+
+export interface ServerChild extends Child {
+  /** Stops the server and deletes its database directory. */
+  readonly dispose: () => Promise<void>
+}
+
+/** The real server (Server.layer) in a child, on a fresh SQLite database in a temp directory. */
+export const startServer = async (providerBaseUrl: string, options: ChildOptions & { readonly config?: Record<string, unknown> } = {}): Promise<ServerChild> => {
+  const dir = mkdtempSync(join(tmpdir(), "byok-bench-"))
+  const config = benchConfig(providerBaseUrl, join(dir, "bench.sqlite"), options.config)
+  const child = await launch("serve.ts", { ...options, env: { ...options.env, BENCH_CONFIG: JSON.stringify(config) } })
+  return {
+    ...child,
+    dispose: async () => {
+      await child.stop()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }
+}
+
+/** The pass-through relay in a child, forwarding to the fake provider. */
+export const startRelay = (providerBaseUrl: string, options: ChildOptions = {}): Promise<Child> =>
+  launch("relay.ts", { ...options, env: { ...options.env, BENCH_UPSTREAM: new URL(providerBaseUrl).origin } })

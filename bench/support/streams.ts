@@ -1,0 +1,143 @@
+/**
+ * One benchmark stream end to end, through the real server or through the relay, with the
+ * latency of every text delta: its arrival at the client minus its send time at the fake
+ * provider (both `performance.now()` in this process).
+ *
+ * Through the server the client is the reference `CursorClient` (RunSSE + BidiAppend, blob
+ * acknowledgements, every frame decoded); through the relay it is a plain SSE reader that
+ * parses each event's JSON, which is what any consumer of the raw stream does.
+ */
+import { randomUUID } from "node:crypto"
+import * as http from "node:http"
+import { performance } from "node:perf_hooks"
+import { CursorClient } from "../../test/support/CursorClient.js"
+import type { AppendRecord } from "../../test/support/CursorClient.js"
+import { marker, stampsIn } from "./provider.js"
+import type { StampedProvider } from "./provider.js"
+
+export interface StreamSpec {
+  readonly id: string
+  readonly deltas: number
+  readonly minMs: number
+  readonly maxMs: number
+}
+
+export interface StreamResult {
+  /** arrival − send of each text delta, ms. */
+  readonly latencies: Array<number>
+  readonly deltas: number
+  readonly firstAt: number
+  readonly lastAt: number
+  readonly appends: ReadonlyArray<AppendRecord>
+  readonly problems: ReadonlyArray<string>
+}
+
+const latenciesOf = (provider: StampedProvider, id: string, arrivals: ReadonlyArray<{ readonly at: number; readonly text: string }>) => {
+  const sent = provider.sendTimes(id)
+  const latencies: Array<number> = []
+  let firstAt = Number.NaN
+  let lastAt = Number.NaN
+  for (const { at, text } of arrivals) {
+    for (const k of stampsIn(text)) {
+      const t = sent?.[k]
+      if (t === undefined || Number.isNaN(t)) continue
+      latencies.push(at - t)
+      if (Number.isNaN(firstAt)) firstAt = at
+      lastAt = at
+    }
+  }
+  return { latencies, firstAt, lastAt }
+}
+
+/** One turn through the server; `heartbeatMs` makes the client send client heartbeats (appends). */
+export const serverStream = async (
+  baseUrl: string,
+  provider: StampedProvider,
+  spec: StreamSpec,
+  options: { readonly heartbeatMs?: number; readonly conversationId?: string } = {}
+): Promise<StreamResult> => {
+  const client = new CursorClient({ baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000, ...(options.heartbeatMs !== undefined ? { heartbeatMs: options.heartbeatMs } : {}) })
+  try {
+    const transcript = await client.run({
+      conversationId: options.conversationId ?? randomUUID(),
+      text: `Please answer. ${marker(spec.id, spec.deltas, spec.minMs, spec.maxMs)}`,
+      model: "bench-model"
+    })
+    const arrivals = transcript.frames.flatMap((frame) => (frame.event.kind === "text_delta" ? [{ at: frame.at, text: frame.event.text }] : []))
+    const measured = latenciesOf(provider, spec.id, arrivals)
+    const problems = [...transcript.problems]
+    if (transcript.end?._tag !== "Ok" && transcript.end !== undefined) problems.push(`turn ended with ${JSON.stringify(transcript.end)}`)
+    if (measured.latencies.length !== spec.deltas) problems.push(`${measured.latencies.length} of ${spec.deltas} deltas arrived`)
+    return { ...measured, deltas: measured.latencies.length, appends: transcript.appends, problems }
+  } finally {
+    client.close()
+  }
+}
+
+/** One stream through the relay: a POST whose SSE answer is read and parsed event by event. */
+export const relayStream = (baseUrl: string, provider: StampedProvider, spec: StreamSpec, agent: http.Agent): Promise<StreamResult> =>
+  new Promise((resolve) => {
+    const url = new URL(baseUrl)
+    const body = JSON.stringify({ model: "bench-model", stream: true, messages: [{ role: "user", content: `Please answer. ${marker(spec.id, spec.deltas, spec.minMs, spec.maxMs)}` }] })
+    const arrivals: Array<{ at: number; text: string }> = []
+    const problems: Array<string> = []
+    let settled = false
+    const done = () => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      const measured = latenciesOf(provider, spec.id, arrivals)
+      if (measured.latencies.length !== spec.deltas) problems.push(`${measured.latencies.length} of ${spec.deltas} deltas arrived`)
+      resolve({ ...measured, deltas: measured.latencies.length, appends: [], problems })
+    }
+    const timer = setTimeout(() => {
+      problems.push("relay stream timed out")
+      request.destroy()
+      done()
+    }, 120_000)
+    const request = http.request({
+      host: url.hostname,
+      port: url.port,
+      path: "/v1/chat/completions",
+      method: "POST",
+      agent,
+      headers: { "content-type": "application/json", "content-length": String(Buffer.byteLength(body)) }
+    }, (response) => {
+      let buffer = ""
+      response.setEncoding("utf8")
+      response.on("data", (text: string) => {
+        const at = performance.now()
+        buffer += text
+        let end: number
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const event = buffer.slice(0, end)
+          buffer = buffer.slice(end + 2)
+          for (const line of event.split("\n")) {
+            if (!line.startsWith("data: ")) continue
+            const data = line.slice(6)
+            if (data === "[DONE]") continue
+            const parsed = JSON.parse(data) as { choices?: Array<{ delta?: { content?: string } }> }
+            const content = parsed.choices?.[0]?.delta?.content
+            if (content !== undefined && content !== "") arrivals.push({ at, text: content })
+          }
+        }
+      })
+      response.on("end", done)
+      response.on("error", (error) => {
+        problems.push(`relay response failed: ${error.message}`)
+        done()
+      })
+    })
+    request.on("error", (error) => {
+      problems.push(`relay request failed: ${error.message}`)
+      done()
+    })
+    request.end(body)
+  })
+
+/** Runs `count` streams concurrently, the i-th starting after `stagger(i)` ms; resolves when all ended. */
+export const concurrently = async <A>(count: number, staggerMs: number, run: (index: number) => Promise<A>): Promise<Array<A>> =>
+  Promise.all(Array.from({ length: count }, (_, i) =>
+    new Promise<A>((resolve, reject) => {
+      setTimeout(() => run(i).then(resolve, reject), count === 1 ? 0 : (i / count) * staggerMs)
+    })))
