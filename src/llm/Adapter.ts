@@ -45,6 +45,30 @@ export interface Adapter {
   readonly prepare: (request: RequestMessages, settings: CallSettings) => ProviderRequest
 }
 
+/**
+ * An adapter from its parts: the request is always a POST of the body's bytes to
+ * `baseUrl/path` asking for an event stream; wire APIs differ in the path and auth headers.
+ */
+export const makeAdapter = (spec: {
+  readonly api: string
+  readonly buildBody: Adapter["buildBody"]
+  readonly makeMachine: Adapter["makeMachine"]
+  readonly path: (settings: CallSettings) => string
+  /** All headers but `accept` (configured extra headers included, in the order they should win). */
+  readonly headers: (settings: CallSettings) => Readonly<Record<string, string>>
+}): Adapter => ({
+  api: spec.api,
+  buildBody: spec.buildBody,
+  makeMachine: spec.makeMachine,
+  prepare: (request, settings) => ({
+    provider: settings.provider,
+    url: joinUrl(settings.baseUrl, spec.path(settings)),
+    headers: { ...spec.headers(settings), accept: "text/event-stream" },
+    body: bodyOf(spec.buildBody(request, settings)),
+    makeMachine: () => spec.makeMachine({ api: spec.api, provider: settings.provider, model: settings.model })
+  })
+})
+
 /** `{...head fields...,"<key>":[` with the history array opened last, from canonical JSON. */
 export const openHead = (fields: Readonly<Record<string, unknown>>, arrayKey: string): string => {
   const json = canonicalJson(fields)

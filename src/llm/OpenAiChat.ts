@@ -10,7 +10,7 @@
 import { Either, Redacted, Schema } from "effect"
 import type { AssistantMessage, LlmError, RequestMessages, ResponseEvent, StopReason, Usage } from "../Llm.js"
 import { canonicalJson } from "../Llm.js"
-import { type Adapter, type BodyParts, type CallSettings, joinUrl, openHead } from "./Adapter.js"
+import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead } from "./Adapter.js"
 import {
   Assembler,
   classifyStreamError,
@@ -341,18 +341,10 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   return { head: openHead(fields, "messages"), history, tail: tail + "]}" }
 }
 
-export const adapter: Adapter = {
+export const adapter: Adapter = makeAdapter({
   api,
   buildBody,
   makeMachine,
-  prepare: (request, settings) => {
-    const parts = buildBody(request, settings)
-    return {
-      provider: settings.provider,
-      url: joinUrl(settings.baseUrl, "chat/completions"),
-      headers: { ...settings.headers, authorization: `Bearer ${Redacted.value(settings.apiKey)}`, accept: "text/event-stream" },
-      body: parts.head + parts.history + parts.tail,
-      makeMachine: () => makeMachine({ api, provider: settings.provider, model: settings.model })
-    }
-  }
-}
+  path: () => "chat/completions",
+  headers: (settings) => ({ ...settings.headers, authorization: `Bearer ${Redacted.value(settings.apiKey)}` })
+})

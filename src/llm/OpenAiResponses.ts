@@ -8,7 +8,7 @@
 import { Either, Redacted, Schema } from "effect"
 import type { AssistantMessage, LlmError, RequestMessages, ResponseEvent, Usage, UserContent } from "../Llm.js"
 import { canonicalJson } from "../Llm.js"
-import { type Adapter, type BodyParts, type CallSettings, joinUrl, openHead } from "./Adapter.js"
+import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead } from "./Adapter.js"
 import {
   Assembler,
   classifyStreamError,
@@ -319,18 +319,10 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   return { head: openHead(fields, "input"), history, tail: tail + "]}" }
 }
 
-export const adapter: Adapter = {
+export const adapter: Adapter = makeAdapter({
   api,
   buildBody,
   makeMachine,
-  prepare: (request, settings) => {
-    const parts = buildBody(request, settings)
-    return {
-      provider: settings.provider,
-      url: joinUrl(settings.baseUrl, "responses"),
-      headers: { ...settings.headers, authorization: `Bearer ${Redacted.value(settings.apiKey)}`, accept: "text/event-stream" },
-      body: parts.head + parts.history + parts.tail,
-      makeMachine: () => makeMachine({ api, provider: settings.provider, model: settings.model })
-    }
-  }
-}
+  path: () => "responses",
+  headers: (settings) => ({ ...settings.headers, authorization: `Bearer ${Redacted.value(settings.apiKey)}` })
+})
