@@ -20,8 +20,12 @@ import * as Prompt from "../../src/Prompt.js"
 import * as AppHarness from "../support/AppHarness.js"
 import * as ChildServer from "../support/ChildServer.js"
 import { CursorClient, LocalWorkspace, scriptedWorkspace } from "../support/CursorClient.js"
+import { assertCleanOk, clientFor as scopedClient, shape } from "../support/Transcripts.js"
 import type { CursorClientOptions, Delivery, ExecAnswer, FrameEvent, Transcript } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
+
+const clientFor = (app: AppHarness.AppHarness, options: Omit<CursorClientOptions, "baseUrl"> = {}) =>
+  scopedClient(app, { turnTimeoutMs: 15_000, ...options })
 
 const { chunk } = FakeProvider.openAiChat
 const DONE = "data: [DONE]\n\n"
@@ -34,23 +38,6 @@ const tempDirectory = Effect.acquireRelease(
   Effect.sync(() => mkdtempSync(join(tmpdir(), "cursor-byok-e2e-ws-"))),
   (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
 )
-
-const clientFor = (app: AppHarness.AppHarness, options: Omit<CursorClientOptions, "baseUrl"> = {}) =>
-  Effect.acquireRelease(
-    Effect.sync(() => new CursorClient({ baseUrl: app.baseUrl, turnTimeoutMs: 15_000, ...options })),
-    (client) => Effect.sync(() => client.close())
-  )
-
-const kinds = (transcript: Transcript): ReadonlyArray<string> => transcript.events.map((e) => e.kind)
-
-/** Consecutive repeats collapsed: the shape of a turn regardless of how many deltas each step had. */
-const shape = (transcript: Transcript): ReadonlyArray<string> =>
-  kinds(transcript).filter((kind, i, all) => i === 0 || all[i - 1] !== kind)
-
-const assertCleanOk = (transcript: Transcript) => {
-  assert.deepStrictEqual(transcript.problems, [])
-  assert.deepStrictEqual(transcript.end, Dialect.EndStream.Ok())
-}
 
 const endCode = (transcript: Transcript) => transcript.end?._tag === "Error" ? transcript.end.code : transcript.end?._tag
 

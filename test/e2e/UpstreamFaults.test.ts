@@ -39,8 +39,11 @@ import { ErrorDetails_Error } from "../../src/gen/aiserver/v1/aiserver_pb.js"
 import type { Message } from "../../src/Llm.js"
 import * as AppHarness from "../support/AppHarness.js"
 import { CursorClient, LocalWorkspace } from "../support/CursorClient.js"
+import { clientFor as scopedClient } from "../support/Transcripts.js"
 import type { Transcript } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
+
+const clientFor = (app: AppHarness.AppHarness) => scopedClient(app, { turnTimeoutMs: 20_000 })
 
 const { chunk } = FakeProvider.openAiChat
 const e = FakeProvider.event
@@ -442,12 +445,6 @@ const cases: ReadonlyArray<FaultCase> = [
 // -----------------------------------------------------------------------------
 // Helpers
 // -----------------------------------------------------------------------------
-
-const clientFor = (app: AppHarness.AppHarness) =>
-  Effect.acquireRelease(
-    Effect.sync(() => new CursorClient({ baseUrl: app.baseUrl, turnTimeoutMs: 20_000 })),
-    (client) => Effect.sync(() => client.close())
-  )
 
 const loadMessages = (app: AppHarness.AppHarness, conversationId: string) =>
   app.store.load(conversationId).pipe(

@@ -14,7 +14,6 @@ import { AgentClientMessageSchema } from "../../src/gen/agent/v1/agent_pb.js"
 import { BidiAppendRequestSchema, BidiAppendResponseSchema, BidiRequestIdSchema } from "../../src/gen/aiserver/v1/aiserver_pb.js"
 import {
   bidiAppendBody,
-  CursorClient,
   envelope,
   FLAG_END_STREAM,
   runRequestMessage,
@@ -24,6 +23,7 @@ import {
   toHex
 } from "../support/CursorClient.js"
 import type { ExecAnswer, RawResponse } from "../support/CursorClient.js"
+import { clientFor } from "../support/Transcripts.js"
 import { call, text, toolCalls, usage } from "../support/FakeRuntime.js"
 import type { Script } from "../support/FakeRuntime.js"
 import * as ServerHarness from "../support/ServerHarness.js"
@@ -38,12 +38,6 @@ const badInputHarness = (scripts: ReadonlyArray<Script> = []) =>
     scripts,
     transport: { bidiAppendMaxBytes: APPEND_LIMIT, runSseMaxBytes: RUN_SSE_LIMIT, heartbeatMs: 50, blobAckTimeoutMs: 300 }
   })
-
-const clientFor = (harness: ServerHarness.Harness, options: Omit<ConstructorParameters<typeof CursorClient>[0], "baseUrl"> = {}) =>
-  Effect.acquireRelease(
-    Effect.sync(() => new CursorClient({ baseUrl: harness.baseUrl, ...options })),
-    (client) => Effect.sync(() => client.close())
-  )
 
 const json = (response: RawResponse): unknown => JSON.parse(Buffer.from(response.body).toString("utf8"))
 

@@ -17,8 +17,9 @@ import { AgentClientMessageSchema, AgentService } from "../../src/gen/agent/v1/a
 import type { AgentServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
 import { BidiService, ErrorDetails_Error } from "../../src/gen/aiserver/v1/aiserver_pb.js"
 import type { ResponseEvent, Usage } from "../../src/Llm.js"
-import { CursorClient, frameEvent, LocalWorkspace, runRequestMessage, runSseBody, scriptedWorkspace, toHex } from "../support/CursorClient.js"
-import type { CursorClientOptions, Delivery, ExecAnswer, FrameEvent, Transcript } from "../support/CursorClient.js"
+import { frameEvent, LocalWorkspace, runRequestMessage, runSseBody, scriptedWorkspace, toHex } from "../support/CursorClient.js"
+import { assertCleanOk, clientFor, shape } from "../support/Transcripts.js"
+import type { Delivery, ExecAnswer, FrameEvent, Transcript } from "../support/CursorClient.js"
 import { answerEvents, assistant, call, providerDown, text, toolCalls, usage } from "../support/FakeRuntime.js"
 import type { Script } from "../support/FakeRuntime.js"
 import * as ServerHarness from "../support/ServerHarness.js"
@@ -44,23 +45,6 @@ const tempDirectory = Effect.acquireRelease(
   Effect.sync(() => mkdtempSync(join(tmpdir(), "cursor-byok-ws-"))),
   (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
 )
-
-const clientFor = (harness: ServerHarness.Harness, options: Omit<CursorClientOptions, "baseUrl"> = {}) =>
-  Effect.acquireRelease(
-    Effect.sync(() => new CursorClient({ baseUrl: harness.baseUrl, ...options })),
-    (client) => Effect.sync(() => client.close())
-  )
-
-const kinds = (transcript: Transcript): ReadonlyArray<string> => transcript.events.map((e) => e.kind)
-
-/** Consecutive repeats collapsed: the shape of a turn regardless of how many deltas each step had. */
-const shape = (transcript: Transcript): ReadonlyArray<string> =>
-  kinds(transcript).filter((kind, i, all) => i === 0 || all[i - 1] !== kind)
-
-const assertCleanOk = (transcript: Transcript) => {
-  assert.deepStrictEqual(transcript.problems, [])
-  assert.deepStrictEqual(transcript.end, Dialect.EndStream.Ok())
-}
 
 const completedTool = (transcript: Transcript, callId: string): AgentServerMessage => {
   const frame = transcript.frames.find((f) => f.event.kind === "tool_call_completed" && f.event.callId === callId)
