@@ -486,12 +486,11 @@ export const make = (options: TransportOptions) =>
           session = yield* newSession(requestId.right, yield* now)
           sessions.set(requestId.right, session)
         }
-        const frames = yield* session.channel.attach
         // The first heartbeat goes out at once: it flushes the response headers, so a client that
         // waits for them before posting its run request is not held up until the turn speaks.
-        const heartbeats = Stream.repeatEffectWithSchedule(Effect.succeed(HEARTBEAT_FRAME), Schedule.spaced(Duration.millis(options.heartbeatMs)))
+        const frames = yield* session.channel.attach({ frame: HEARTBEAT_FRAME, interval: Duration.millis(options.heartbeatMs) })
         // Frames that are ready together leave in one socket write.
-        return Stream.merge(frames, heartbeats, { haltStrategy: "left" }).pipe(Stream.mapChunks(joinFrames))
+        return Stream.mapChunks(frames, joinFrames)
       })
 
     // -------------------------------------------------------------------------

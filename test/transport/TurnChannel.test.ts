@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Effect, Fiber, Stream } from "effect"
+import { Chunk, Effect, Fiber, Stream, TestClock } from "effect"
 import { makeTurnChannel } from "../../src/transport/TurnChannel.js"
 
 const frame = (n: number) => new Uint8Array([n])
@@ -10,7 +10,7 @@ describe("TurnChannel", () => {
     Effect.gen(function*() {
       const channel = makeTurnChannel("r1")
       yield* channel.write([frame(1), frame(2)])
-      const reader = yield* channel.attach
+      const reader = yield* channel.attach()
       const collected = yield* Effect.fork(Stream.runCollect(reader))
       yield* channel.write([frame(3)])
       yield* channel.close(frame(9))
@@ -22,9 +22,9 @@ describe("TurnChannel", () => {
     Effect.gen(function*() {
       const channel = makeTurnChannel("r1")
       yield* channel.write([frame(1)])
-      const first = yield* Effect.fork(Stream.runCollect(yield* channel.attach))
+      const first = yield* Effect.fork(Stream.runCollect(yield* channel.attach()))
       yield* channel.write([frame(2)])
-      const second = yield* Effect.fork(Stream.runCollect(yield* channel.attach))
+      const second = yield* Effect.fork(Stream.runCollect(yield* channel.attach()))
       assert.deepStrictEqual(ids(yield* Fiber.join(first)), [1, 2])
       yield* channel.write([frame(3)])
       yield* channel.close(frame(9))
@@ -38,6 +38,32 @@ describe("TurnChannel", () => {
       yield* channel.close(frame(9))
       yield* channel.close(frame(8))
       assert.isFalse(channel.isAttached())
-      assert.deepStrictEqual(ids(yield* Stream.runCollect(yield* channel.attach)), [1, 9])
+      assert.deepStrictEqual(ids(yield* Stream.runCollect(yield* channel.attach())), [1, 9])
+    }))
+
+  it.effect("heartbeats: one at once when there is nothing to replay, then every interval; never kept in the backlog; the reader still ends after the end frame", () =>
+    Effect.gen(function*() {
+      const channel = makeTurnChannel("r1")
+      const beat = { frame: frame(0), interval: "5 seconds" } as const
+      const reader = yield* Effect.fork(Stream.runCollect(yield* channel.attach(beat)))
+      yield* channel.write([frame(1)])
+      yield* TestClock.adjust("5 seconds")
+      yield* channel.write([frame(2)])
+      yield* TestClock.adjust("10 seconds")
+      yield* channel.close(frame(9))
+      assert.deepStrictEqual(ids(yield* Fiber.join(reader)), [0, 1, 0, 2, 0, 0, 9])
+      assert.isTrue(channel.endDelivered())
+      assert.strictEqual(channel.size(), 3)
+      // A reconnect with a backlog starts with the backlog, not a heartbeat.
+      assert.deepStrictEqual(ids(yield* Stream.runCollect(yield* channel.attach(beat))), [1, 2, 9])
+    }))
+
+  it.effect("the end is delivered only once a reader has taken the end frame", () =>
+    Effect.gen(function*() {
+      const channel = makeTurnChannel("r1")
+      yield* channel.close(frame(9))
+      assert.isFalse(channel.endDelivered())
+      yield* Stream.runCollect(yield* channel.attach())
+      assert.isTrue(channel.endDelivered())
     }))
 })
