@@ -5,6 +5,7 @@ export default defineConfig({
     include: ["test/**/*.test.ts"],
     exclude: ["test/recorded/**", "node_modules/**"],
     setupFiles: ["test/setup.ts"],
+    globalSetup: ["test/globalSetup.ts"],
     testTimeout: 30_000
   }
 })

@@ -11,9 +11,9 @@
  * held: the worst case of "idle". Each run uses a fresh server and database; the table gives
  * medians over runs with the min–max spread, and the peak RSS (VmHWM) seen.
  *
- * The server normally runs through tsx (as `npm start` does), whose loader thread, transpiled
- * sources and source maps are a fixed part of the RSS; one more run measures the same server
- * precompiled (an esbuild bundle run by plain node) to show that part.
+ * The server runs precompiled, as `npm start` runs it (an esbuild bundle run by plain node);
+ * `tsxRuns` more runs measure it under the tsx loader (whose loader thread, transpiled sources
+ * and source maps are a fixed part of the RSS) to show that part.
  *
  *   node_modules/.bin/tsx bench/memory.ts [runs] [sweep]
  */
@@ -29,14 +29,11 @@ export const LEVELS = [1, 100, 1_000] as const
 
 export interface MemoryOptions {
   readonly runs?: number
-  /**
-   * Runs of the server precompiled (an esbuild bundle of serve.ts and src/, run by plain node),
-   * without the tsx loader: how much of the RSS is the loader's (default 1).
-   */
-  readonly compiledRuns?: number
+  /** Runs of the server under the tsx loader instead of precompiled: how much of the RSS a loader costs (default 0). */
+  readonly tsxRuns?: number
   readonly levels?: ReadonlyArray<number>
   /**
-   * In the last run under tsx, wait past the transport's retention of finished requests (30 s,
+   * In the last precompiled run, wait past the transport's retention of finished requests (30 s,
    * swept every 10 s) and sample once more: the conversations without their turns' output
    * backlogs (default false: it adds 45 s; `tsx bench/memory.ts 3 sweep` turns it on).
    */
@@ -60,15 +57,15 @@ export const run = async (options: MemoryOptions = {}) => {
   const levels = options.levels ?? LEVELS
   const loadBefore = loadAverage()
   const provider = await Provider.start()
-  const compiledRuns = options.compiledRuns ?? 1
+  const tsxRuns = options.tsxRuns ?? 0
   const samples: Array<Array<Sample>> = []
-  const compiledSamples: Array<Array<Sample>> = []
+  const tsxSamples: Array<Array<Sample>> = []
   let swept: Sample | undefined
   const problems: Array<string> = []
   let sequence = 0
   try {
-    for (let r = 0; r < runs + compiledRuns; r++) {
-      const compiled = r >= runs
+    for (let r = 0; r < runs + tsxRuns; r++) {
+      const compiled = r < runs
       const server = await startServer(provider.baseUrl, { compiled })
       const measured: Array<Sample> = []
       const sample = async (conversations: number) => {
@@ -99,7 +96,7 @@ export const run = async (options: MemoryOptions = {}) => {
       } finally {
         await server.dispose()
       }
-      ;(compiled ? compiledSamples : samples).push(measured)
+      ;(compiled ? samples : tsxSamples).push(measured)
     }
   } finally {
     await provider.close()
@@ -117,33 +114,33 @@ export const run = async (options: MemoryOptions = {}) => {
   }))
   const markdown = [
     `Server RSS after a forced GC, by idle conversations (each had one short turn; its RunSSE has ended), ${runs} runs, median (min–max), MB.`,
-    `Server alone in a child process (Node ${process.version}, run by tsx as \`npm start\` does). Load average before: ${loadBefore}, after: ${loadAfter}.`,
+    `Server alone in a child process (Node ${process.version}, precompiled as \`npm start\` runs it). Load average before: ${loadBefore}, after: ${loadAfter}.`,
     "",
     "| conversations | RSS MB | heap used MB | peak RSS MB | budget | verdict |",
     "| ---: | ---: | ---: | ---: | ---: | --- |",
     ...points.map((n) =>
       `| ${n} | ${spread(at(n, (s) => s.rssMb), 1)} | ${spread(at(n, (s) => s.heapUsedMb), 1)} | ${spread(at(n, (s) => s.peakMb), 1)} | ${n === 1_000 ? `≤ ${BUDGET_MB}` : ""} | ${n === 1_000 ? verdict(median(at(n, (s) => s.rssMb)) <= BUDGET_MB) : ""} |`
     ),
-    ...(compiledSamples.length > 0
+    ...(tsxSamples.length > 0
       ? [
         "",
-        `The same server precompiled (one esbuild bundle of serve.ts and src/, packages external, run by plain node: no tsx loader thread, no transpiled sources or source maps in memory), ${compiledSamples.length} run(s):`,
+        `The same server under the tsx loader (its loader thread, transpiled sources and source maps in memory), ${tsxSamples.length} run(s):`,
         "",
         "| conversations | RSS MB | heap used MB | peak RSS MB | budget | verdict |",
         "| ---: | ---: | ---: | ---: | ---: | --- |",
         ...points.map((n) =>
-          `| ${n} | ${spread(at(n, (s) => s.rssMb, compiledSamples), 1)} | ${spread(at(n, (s) => s.heapUsedMb, compiledSamples), 1)} | ${spread(at(n, (s) => s.peakMb, compiledSamples), 1)} | ${n === 1_000 ? `≤ ${BUDGET_MB}` : ""} | ${n === 1_000 ? verdict(median(at(n, (s) => s.rssMb, compiledSamples)) <= BUDGET_MB) : ""} |`
+          `| ${n} | ${spread(at(n, (s) => s.rssMb, tsxSamples), 1)} | ${spread(at(n, (s) => s.heapUsedMb, tsxSamples), 1)} | ${spread(at(n, (s) => s.peakMb, tsxSamples), 1)} | ${n === 1_000 ? `≤ ${BUDGET_MB}` : ""} | ${n === 1_000 ? verdict(median(at(n, (s) => s.rssMb, tsxSamples)) <= BUDGET_MB) : ""} |`
         )
       ]
       : []),
     ...(swept !== undefined
-      ? ["", `Last run under tsx, ${SWEEP_WAIT_MS / 1000} s later (finished requests' output backlogs swept; the runner's state cache and the SQLite connection remain): ${swept.rssMb.toFixed(1)} MB RSS, ${swept.heapUsedMb.toFixed(1)} MB heap used, with ${top} idle conversations.`]
+      ? ["", `Last precompiled run, ${SWEEP_WAIT_MS / 1000} s later (finished requests' output backlogs swept; the runner's state cache and the SQLite connection remain): ${swept.rssMb.toFixed(1)} MB RSS, ${swept.heapUsedMb.toFixed(1)} MB heap used, with ${top} idle conversations.`]
       : []),
     "",
-    `Growth (under tsx) from ${levels[0]} to ${top} conversations: about ${perConversationKb.toFixed(0)} KB of RSS per idle conversation (median over runs); ${top} conversations: ${rssTop.toFixed(0)} MB.`,
+    `Growth from ${levels[0]} to ${top} conversations: about ${perConversationKb.toFixed(0)} KB of RSS per idle conversation (median over runs); ${top} conversations: ${rssTop.toFixed(0)} MB.`,
     ...(problems.length > 0 ? [`\n${problems.length} problems, e.g. ${problems.slice(0, 3).join("; ")}`] : [])
   ].join("\n")
-  return { samples, compiledSamples, markdown }
+  return { samples, tsxSamples, markdown }
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -37,7 +37,8 @@ export interface ChildOptions {
   readonly env?: Readonly<Record<string, string>>
   /**
    * Run the script precompiled (one esbuild bundle of the script and src/, packages external,
-   * under node_modules/.cache) with plain `node` instead of through the tsx loader.
+   * under node_modules/.cache) with plain `node`, as `npm start` runs the server (the default);
+   * `false` runs it through the tsx loader instead.
    */
   readonly compiled?: boolean
   /** Extra Node flags, e.g. `--cpu-prof`. */
@@ -54,7 +55,7 @@ const bundle = (script: string): string => {
   mkdirSync(dir, { recursive: true })
   const out = join(dir, script.replace(/\.ts$/, ".mjs"))
   execFileSync(join(repoRoot, "node_modules", ".bin", "esbuild"), [
-    join(here, script), "--bundle", "--platform=node", "--format=esm", "--packages=external", `--outfile=${out}`, "--log-level=warning"
+    join(here, script), "--bundle", "--platform=node", "--format=esm", "--packages=external", "--sourcemap", `--outfile=${out}`, "--log-level=warning"
   ], { cwd: repoRoot })
   bundled.set(script, out)
   return out
@@ -62,7 +63,8 @@ const bundle = (script: string): string => {
 
 const launch = (script: string, options: ChildOptions): Promise<Child> =>
   new Promise((resolve, reject) => {
-    const entry = options.compiled === true ? [bundle(script)] : ["--import", "tsx", join(here, script)]
+    // With its source map, as `npm start` runs the server bundle.
+    const entry = options.compiled !== false ? ["--enable-source-maps", bundle(script)] : ["--import", "tsx", join(here, script)]
     const child: ChildProcess = spawn(process.execPath, ["--expose-gc", ...(options.nodeFlags ?? []), ...entry], {
       cwd: repoRoot,
       stdio: ["ignore", "pipe", "pipe", "ipc"],

@@ -1,7 +1,8 @@
 /**
- * The server as a separate process, exactly as `npm start` runs it (`node_modules/.bin/tsx
- * src/main.ts`), for crash tests: kill it with any signal (SIGKILL included) and restart it on
- * the same database and port.
+ * The server as a separate process, exactly as `npm start` runs it (`node dist/main.js`, the
+ * bundle `npm run build` writes; `test/globalSetup.ts` builds it once before the tests), for
+ * crash tests: kill it with any signal (SIGKILL included) and restart it on the same database
+ * and port.
  *
  *   const child = await ChildServer.start({ config: { providers: [...], models: [...] }, env: { MY_KEY: "..." } })
  *   child.baseUrl                      // http://127.0.0.1:PORT
@@ -12,9 +13,8 @@
  *
  * The configuration is written to a temp JSON file (`BYOK_CONFIG`); the database defaults to a
  * file in the same temp directory (`BYOK_DB`); the port is a free one picked by binding
- * 127.0.0.1:0 and closing (`BYOK_PORT`). `tsx` runs the server in a child process of its own,
- * so the server is started in a new process group and signals go to the whole group: a SIGKILL
- * cannot leave an orphan holding the port or the database.
+ * 127.0.0.1:0 and closing (`BYOK_PORT`). The server is started in a new process group and
+ * signals go to the whole group: a SIGKILL cannot leave an orphan holding the port or the database.
  *
  * Plain Promises (no test framework); `make` wraps it for scoped Effect tests.
  */
@@ -109,7 +109,7 @@ export const start = async (options: ChildServerOptions = {}): Promise<ChildServ
   const database = options.database ?? join(dir, "byok.sqlite")
   const port = options.port ?? await freePort()
   const cwd = options.cwd ?? process.cwd()
-  const tsx = resolve(cwd, "node_modules/.bin/tsx")
+  const bundle = resolve(cwd, "dist/main.js")
   let out = ""
   let err = ""
   let child: ChildProcess | undefined
@@ -117,7 +117,7 @@ export const start = async (options: ChildServerOptions = {}): Promise<ChildServ
   let alive = false
 
   const launch = async (extraEnv: Readonly<Record<string, string>> = {}) => {
-    const spawned = spawn(tsx, ["src/main.ts"], {
+    const spawned = spawn(process.execPath, ["--enable-source-maps", bundle], {
       cwd,
       detached: true,
       stdio: ["ignore", "pipe", "pipe"],
@@ -176,7 +176,7 @@ export const start = async (options: ChildServerOptions = {}): Promise<ChildServ
     }
     const exited = await Promise.race([exit, sleep(timeoutMs).then(() => undefined)])
     if (exited === undefined) throw new Error(`the server (pid ${pid}) did not exit within ${timeoutMs} ms of ${signal}`)
-    // tsx's own child (the server) is in the same group: wait until the whole group is gone.
+    // Anything the server started is in the same group: wait until the whole group is gone.
     if (signal === "SIGKILL") {
       for (let waited = 0; groupAlive(pid) && waited < timeoutMs; waited += 20) await sleep(20)
     } else {
