@@ -8,6 +8,7 @@
 import { mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, relative } from "node:path"
+import { performance } from "node:perf_hooks"
 import { pathToFileURL } from "node:url"
 import { repoRoot, startServer } from "./support/child.js"
 import * as Provider from "./support/provider.js"
@@ -83,15 +84,19 @@ const main = async () => {
   const [streams = 50, deltas = 150, minMs = 5, maxMs = 20, rounds = 3] = process.argv.slice(2).map(Number)
   const dir = mkdtempSync(join(tmpdir(), "byok-prof-"))
   const provider = await Provider.start()
-  const server = await startServer(provider.baseUrl)
+  // Under tsx (BENCH_TSX=1) the profile names src/ files and lines (and includes tsx's own costs).
+  const server = await startServer(provider.baseUrl, { compiled: process.env["BENCH_TSX"] !== "1" })
   const path = join(dir, "server.cpuprofile")
   let sequence = 0
   try {
     for (let round = 0; round <= rounds; round++) {
       if (round === 1) await server.profileStart()
+      const started = performance.now()
+      const cpuStart = server.cpuSeconds()
       const results = await concurrently(streams, 100, () => serverStream(server.baseUrl, provider, { id: `p${sequence++}`, deltas, minMs, maxMs }))
       const problems = results.flatMap((r) => r.problems)
-      console.error(`round ${round}: ${results.reduce((n, r) => n + r.deltas, 0)} deltas, ${problems.length} problems ${problems.slice(0, 2).join("; ")}`)
+      const seconds = (performance.now() - started) / 1000
+      console.error(`round ${round}: ${results.reduce((n, r) => n + r.deltas, 0)} deltas in ${seconds.toFixed(2)} s, server CPU ${(server.cpuSeconds() - cpuStart).toFixed(2)} s, ${problems.length} problems ${problems.slice(0, 2).join("; ")}`)
       provider.reset()
     }
     await server.profileStop(path)
