@@ -190,6 +190,8 @@ export const make = (options: TransportOptions) =>
     const turnSession = (turn: TurnRef): Effect.Effect<Session> =>
       Effect.gen(function*() {
         const session = yield* sessionFor(requestIdOf(turn))
+        // A turn recovered after a restart: its todos start from what the run request's checkpoint held.
+        if (!session.runnerSpoke && session.run === undefined) session.todos = Dialect.todosOf(Dialect.carriedCheckpointOf(turn.settings))
         session.runnerSpoke = true
         if (session.run === undefined && session.inbox.next === 0) {
           if (session.inbox.held.size === 0) session.adopted = true
@@ -545,13 +547,15 @@ export const make = (options: TransportOptions) =>
         }))
       })
 
+    /** The turn's checkpoint; without its run request (a turn recovered or replayed after a restart), from the committed settings and history. */
     const projectTurn = (session: Session, turn: TurnRef, state: ConversationState, usage: Usage) => {
-      const action = session.run?.action
+      const run = session.run
+      const action = run?.action
       const userMessage = action?._tag === "StartTurn"
-        ? { text: action.userMessage.text, messageId: action.userMessageId, mode: session.run?.mode ?? "agent" as const }
-        : { text: "", messageId: "", mode: Dialect.modeOfSettings(turn.settings) }
+        ? { text: action.userMessage.text, messageId: action.userMessageId, mode: run?.mode ?? "agent" as const }
+        : Dialect.turnUserMessageOf(turn.settings, state.messages.slice(state.turnStart))
       return Dialect.projectCheckpoint({
-        previous: session.run?.conversationState,
+        previous: run !== undefined ? run.conversationState : Dialect.carriedCheckpointOf(turn.settings),
         requestId: session.requestId,
         userMessage,
         turnMessages: state.messages.slice(state.turnStart),
@@ -561,7 +565,7 @@ export const make = (options: TransportOptions) =>
         todos: session.todos,
         usedTokens: usage.input + usage.cacheRead + usage.cacheWrite + usage.output,
         maxTokens: options.contextWindowOf(turn.settings.model),
-        workspaceUris: session.run?.workspace.workspacePaths ?? [],
+        workspaceUris: run?.workspace.workspacePaths ?? Dialect.workspacePathsOf(turn.settings),
         mcpTools: toolContext(session, turn).mcpTools
       })
     }
