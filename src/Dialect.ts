@@ -393,7 +393,10 @@ const decodeRunRequest = (request: AgentRunRequest): RunRequest => {
     rules: (requestContext?.rules ?? []).map((rule) => ({ path: rule.fullPath, content: rule.content })),
     modelParameters: parameters,
     maxMode: request.requestedModel?.maxMode ?? request.modelDetails?.maxMode ?? false,
-    ...(request.customSystemPrompt !== undefined ? { customSystemPrompt: request.customSystemPrompt } : {})
+    ...(request.customSystemPrompt !== undefined ? { customSystemPrompt: request.customSystemPrompt } : {}),
+    // Not for the prompt: what the turn's checkpoint needs when a later process ends it (see `turnUserMessageOf`).
+    [USER_MESSAGE_ID]: userMessage?.messageId ?? "",
+    ...(request.conversationState !== undefined ? { [CARRIED_CHECKPOINT]: carriedCheckpointOption(request.conversationState) } : {})
   }
   const settings: TurnSettings = { model, options }
   let runAction: RunAction
@@ -428,6 +431,65 @@ const decodeRunRequest = (request: AgentRunRequest): RunRequest => {
     conversationState: request.conversationState,
     requestContextParts: request.action?.requestContextParts,
     raw: request
+  }
+}
+
+/** `TurnSettings.options` keys for the turn's checkpoint, set by `decodeRunRequest`. */
+const USER_MESSAGE_ID = "userMessageId"
+const CARRIED_CHECKPOINT = "carriedCheckpoint"
+
+/**
+ * Of the client's checkpoint, what the turn's own checkpoint carries over and a process without
+ * the run request (one that recovers or replays the turn after a restart) could not know
+ * otherwise: the earlier turns' blob ids and the todos, as base64 protobuf. Small on purpose:
+ * settings are rewritten with the state at every commit. Summaries, plans, file states and the
+ * other fields the client keeps are not carried, so a checkpoint projected without the run
+ * request lacks them.
+ */
+const carriedCheckpointOption = (checkpoint: ConversationStateStructure): string =>
+  Buffer.from(toBinary(
+    ConversationStateStructureSchema,
+    create(ConversationStateStructureSchema, { turns: checkpoint.turns, todos: checkpoint.todos })
+  )).toString("base64")
+
+/** The client's checkpoint as far as the turn's settings carry it (its earlier turns and todos), if the run request had one. */
+export const carriedCheckpointOf = (settings: TurnSettings): ConversationStateStructure | undefined => {
+  const carried = settings.options[CARRIED_CHECKPOINT]
+  if (typeof carried !== "string") return undefined
+  try {
+    return fromBinary(ConversationStateStructureSchema, Buffer.from(carried, "base64"))
+  } catch {
+    return undefined
+  }
+}
+
+/** The workspace folders the run request named, from `TurnSettings.options.workspace`. */
+export const workspacePathsOf = (settings: TurnSettings): ReadonlyArray<string> => {
+  const workspace = settings.options["workspace"]
+  const paths = typeof workspace === "object" && workspace !== null ? (workspace as { readonly workspacePaths?: unknown }).workspacePaths : undefined
+  return Array.isArray(paths) ? paths.filter((path): path is string => typeof path === "string") : []
+}
+
+/**
+ * The Cursor user message that started a turn, for its checkpoint, when the run request is not
+ * at hand (a turn recovered or replayed after a restart): its id from the settings, its text
+ * from the committed history (the last of the turn's leading user messages: attached context
+ * comes first, the typed message last), the mode from the settings.
+ */
+export const turnUserMessageOf = (
+  settings: TurnSettings,
+  turnMessages: ReadonlyArray<Message>
+): { readonly text: string; readonly messageId: string; readonly mode: CursorMode } => {
+  let typed: UserMessage | undefined
+  for (const message of turnMessages) {
+    if (message.role !== "user") break
+    typed = message
+  }
+  const messageId = settings.options[USER_MESSAGE_ID]
+  return {
+    text: (typed?.content ?? []).flatMap((block) => (block.type === "text" ? [block.text] : [])).join(""),
+    messageId: typeof messageId === "string" ? messageId : "",
+    mode: modeOfSettings(settings)
   }
 }
 

@@ -16,13 +16,13 @@
 import { Chunk, Clock, Context, Data, Deferred, Effect, Exit, FiberMap, Layer, Mailbox, Metric, Option, Stream } from "effect"
 import type { Duration } from "effect"
 import { addUsage, emptyUsage, Llm, messageHash, requestHash } from "./Llm.js"
-import type { ResponseEvent, ToolCall, ToolResultMessage, Usage } from "./Llm.js"
-import { Command, initialRuntime, Input, isBusy, makeTransition } from "./Loop.js"
+import type { AssistantMessage, ResponseEvent, ToolCall, ToolResultMessage, Usage } from "./Llm.js"
+import { callIdOf, Command, initialRuntime, Input, isBusy, makeTransition } from "./Loop.js"
 import type { ConversationState, Policy, RuntimeState, Transition, TurnSettings } from "./Loop.js"
 import { makeKeyedLock } from "./internal/KeyedLock.js"
 import * as Metrics from "./Metrics.js"
 import { Store } from "./Store.js"
-import type { CommitInput, LlmCallUpdate, PlannedOperation } from "./Store.js"
+import type { CommitInput, LlmCallRecord, LlmCallUpdate, PlannedOperation } from "./Store.js"
 
 // =============================================================================
 // The client side, as the runner sees it
@@ -45,6 +45,29 @@ export interface DispatchedOperation {
 }
 
 export type TurnOutcome = Extract<Command, { _tag: "Final" | "Failed" | "Canceled" }>
+
+/**
+ * Where a turn that a client input started stands now, from the committed state (see
+ * `Runner.findStartedTurn`).
+ */
+export type StartedTurn = Data.TaggedEnum<{
+  /** The conversation's current turn, not over: running in this process, or resumed by recovery. */
+  Running: { readonly turn: TurnRef; readonly startInputId: string }
+  /**
+   * The conversation's current turn, over: what `ClientGateway.finish` is given for it, rebuilt
+   * from the committed state (see `endedOutcome`); `usage` sums the turn's committed answers.
+   */
+  Ended: {
+    readonly turn: TurnRef
+    readonly startInputId: string
+    readonly outcome: TurnOutcome
+    readonly state: ConversationState
+    readonly usage: Usage
+  }
+  /** A later turn has started on the conversation since: the committed state is no longer this turn's. */
+  Past: { readonly conversationId: string; readonly turnId: string; readonly startInputId: string }
+}>
+export const StartedTurn = Data.taggedEnum<StartedTurn>()
 
 export class ClientGateway extends Context.Tag("cursor-byok/ClientGateway")<ClientGateway, {
   /** Streamed events of a running turn's model call `callId`, in order. */
@@ -105,6 +128,18 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
    * effect that waits until it has been applied: the caller can wait outside its own locks.
    */
   readonly submitTracked: (conversationId: string, input: Input, inputId: string) => Effect.Effect<Effect.Effect<void>>
+  /**
+   * The newest turn started by an input whose id begins with `inputIdPrefix` and passes
+   * `accept`, and where it stands now; none when the store knows no such turn (a store failure
+   * is logged and answers none too). Lets the client side tell a client that asks after a
+   * restart how the turn its request started ended.
+   */
+  readonly findStartedTurn: (
+    inputIdPrefix: string,
+    accept: (inputId: string) => boolean
+  ) => Effect.Effect<Option.Option<StartedTurn>>
+  /** Whether `inputId` is committed on the conversation (so a redelivery of it changes nothing). A store failure is logged and answers false. */
+  readonly isCommitted: (conversationId: string, inputId: string) => Effect.Effect<boolean>
   /** Resumes what a previous process left in flight; run once at startup. */
   readonly recover: Effect.Effect<RecoveryReport>
   /** Completes when the conversation has no actor (its inputs are all processed and no turn runs). */
@@ -561,13 +596,51 @@ export const make = (options: RunnerOptions) =>
       return report
     })
 
+    const findStartedTurn = (inputIdPrefix: string, accept: (inputId: string) => boolean) =>
+      Effect.gen(function*() {
+        const starts = yield* store.findTurnStarts(inputIdPrefix)
+        const start = starts.find((candidate) => accept(candidate.inputId))
+        if (start === undefined) return Option.none<StartedTurn>()
+        const state = (yield* load(start.conversationId)).runtime.committed
+        const startInputId = start.inputId
+        if (state.turnId !== start.turnId) {
+          return Option.some(StartedTurn.Past({ conversationId: start.conversationId, turnId: start.turnId, startInputId }))
+        }
+        const turn = turnRefOf(state)
+        if (isBusy(state)) return Option.some(StartedTurn.Running({ turn, startInputId }))
+        const lastCall = state.llmCallSeq > 0
+          ? yield* store.loadLlmCall(callIdOf(state.turnId, state.llmCallSeq - 1)).pipe(
+            Effect.catchAll((error) =>
+              Effect.logWarning(`runner: the last model call of ${state.turnId} could not be read`, error).pipe(Effect.as(Option.none()))
+            )
+          )
+          : Option.none()
+        const outcome = endedOutcome(state, Option.getOrUndefined(lastCall))
+        if (outcome === undefined) return Option.none<StartedTurn>()
+        return Option.some(StartedTurn.Ended({ turn, startInputId, outcome, state, usage: turnUsageOf(state) }))
+      }).pipe(
+        Effect.catchAll((error) =>
+          Effect.logWarning(`runner: the turn started by ${inputIdPrefix}... could not be looked up`, error).pipe(
+            Effect.as(Option.none<StartedTurn>())
+          )
+        )
+      )
+
+    const isCommitted = (conversationId: string, inputId: string) =>
+      store.findInputCommit(conversationId, inputId).pipe(
+        Effect.map(Option.isSome),
+        Effect.catchAll((error) =>
+          Effect.logWarning(`runner: could not tell whether ${inputId} is committed`, error).pipe(Effect.as(false))
+        )
+      )
+
     const awaitIdle = (conversationId: string): Effect.Effect<void> =>
       Effect.suspend(() => {
         const actor = actors.get(conversationId)
         return actor === undefined ? Effect.void : Effect.zipRight(actor.done, awaitIdle(conversationId))
       })
 
-    return Runner.of({ submit, submitAndWait, submitTracked, recover, awaitIdle })
+    return Runner.of({ submit, submitAndWait, submitTracked, findStartedTurn, isCommitted, recover, awaitIdle })
   })
 
 export const layer = (options: RunnerOptions): Layer.Layer<Runner, never, Store | Llm | ClientGateway> =>
@@ -582,6 +655,43 @@ const derivedInputId = (state: ConversationState, input: Input): string =>
   input._tag === "LlmEvent"
     ? `${input.callId}:${input.event._tag}`
     : `${state.turnId}:${input._tag}:${state.messages.length}`
+
+/** Usage summed over the answers committed in the state's current turn (what `finish` is given for it). */
+export const turnUsageOf = (state: ConversationState): Usage =>
+  state.messages.slice(state.turnStart).reduce((sum, message) => message.role === "assistant" ? addUsage(sum, message.usage) : sum, emptyUsage)
+
+/**
+ * How the state's current turn ended, when it is over, from what is committed: the status says
+ * final, failed or canceled. A final turn's answer is its last assistant message, cut off
+ * (`length`) when that message stopped at the output limit. A failure's error and a cancel's
+ * reason are what the turn's last model call recorded when it ended the turn (a provider error,
+ * a cancel or abort while it streamed); a turn that failed or was canceled otherwise (the
+ * per-turn call limit, a cancel while a tool ran) recorded no text, and gets a plain one.
+ * `retryable` is not recorded: false (the client is never told to retry a provider call).
+ */
+export const endedOutcome = (state: ConversationState, lastCall: LlmCallRecord | undefined): TurnOutcome | undefined => {
+  const recorded = (status: LlmCallRecord["status"]) =>
+    lastCall !== undefined && lastCall.status === status && lastCall.error !== null && lastCall.error !== "" ? lastCall.error : undefined
+  switch (state.status) {
+    case "final": {
+      let answer: AssistantMessage | undefined
+      for (const message of state.messages.slice(state.turnStart)) if (message.role === "assistant") answer = message
+      if (answer === undefined) return undefined
+      return Command.Final({ message: answer, reason: answer.stopReason === "length" ? "length" : "stop" })
+    }
+    case "failed":
+      return Command.Failed({ error: recorded("failed") ?? UNRECORDED_FAILURE, retryable: false })
+    case "canceled":
+      return Command.Canceled({ reason: recorded("canceled") ?? "" })
+    case "ready":
+    case "waitingLlm":
+    case "waitingClient":
+      return undefined
+  }
+}
+
+/** The error of a failed turn whose failure left no text in the store. */
+export const UNRECORDED_FAILURE = "The turn failed; the server restarted before it could report why."
 
 /** The status a model call reaches with this input, if it settles one. */
 const llmCallUpdateOf = (before: ConversationState, input: Input): LlmCallUpdate | undefined => {

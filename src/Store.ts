@@ -1,7 +1,7 @@
 /**
  * The durable journal of conversations: the committed `ConversationState` of each one, its
- * append-only history, the inputs already applied (with what they answered), the model calls
- * with their exact requests, and the client operations, so that a restarted process loses
+ * append-only history, the inputs already applied (with what they answered) and which of them
+ * started each turn, the model calls with their exact requests, and the client operations, so that a restarted process loses
  * nothing committed and does nothing twice silently.
  *
  * Every change to a conversation is one `commitInput`: a compare-and-swap on its version, in

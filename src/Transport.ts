@@ -9,10 +9,14 @@
  * Runner; exec results drive the tool machines of `Tools.ts`, whose final results go back to
  * the Runner as `ToolResult` inputs. The session also implements the Runner's `ClientGateway`:
  * what the loop emits is encoded by the Dialect and written to the request's channel.
+ *
+ * A request this process has no turn for (after a restart) may be one whose turn ended in the
+ * previous process before its end reached the client: that end is replayed from the store
+ * under the rule written at `replayEnd`.
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import { HttpLayerRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Chunk, Clock, Context, Deferred, Duration, Effect, Either, FiberSet, Layer, Schedule, Stream } from "effect"
+import { Chunk, Clock, Context, Deferred, Duration, Effect, Either, FiberSet, Layer, Option, Schedule, Stream } from "effect"
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage, RunRequest } from "./Dialect.js"
 import type { AgentServerMessage, TodoItem, ToolCall as CursorToolCall } from "./gen/agent/v1/agent_pb.js"
@@ -21,7 +25,7 @@ import type { ResponseEvent, Usage } from "./Llm.js"
 import { Input } from "./Loop.js"
 import type { ConversationState } from "./Loop.js"
 import { ClientGateway, Runner } from "./Runner.js"
-import type { DispatchedOperation, TurnOutcome, TurnRef } from "./Runner.js"
+import type { DispatchedOperation, StartedTurn, TurnOutcome, TurnRef } from "./Runner.js"
 import * as Tools from "./Tools.js"
 import type { ToolRun, ToolStep } from "./Tools.js"
 import { emptyInbox, offer } from "./transport/AppendInbox.js"
@@ -47,7 +51,11 @@ export interface TransportOptions {
   readonly finishedRetentionMs: number
   /** A request that never becomes a turn (no run request) is forgotten after this long. */
   readonly idleRetentionMs: number
-  /** A RunSSE for a request with no run request and no turn is ended (unavailable) after this long. */
+  /**
+   * How long a RunSSE for a request with no run request and no turn in this process waits for
+   * one; then the end of the request's turn that ended before a restart is replayed, and a
+   * request the store knows no turn of is ended (unavailable). See `replayEnd`.
+   */
   readonly orphanTimeoutMs: number
   /** How often finished and orphaned requests are looked for. */
   readonly sweepIntervalMs: number
@@ -111,6 +119,13 @@ interface Session {
   adopted: boolean
   /** The runner has published or dispatched for this request (it is a turn this process runs). */
   runnerSpoke: boolean
+  /**
+   * This session replays the end of a turn an earlier process ended (see `replayEnd`): its
+   * appends are acknowledged and dropped, but the KV answers to the replayed blobs.
+   */
+  replaying: boolean
+  /** When the sweep last asked the store about this request (a RunSSE waiting on a turn not resumed yet). */
+  storeCheckedAtMs: number | undefined
   readonly createdAtMs: number
   lastActivityMs: number
   finishedAtMs: number | undefined
@@ -167,6 +182,8 @@ export const make = (options: TransportOptions) =>
         finishing: false,
         adopted: false,
         runnerSpoke: false,
+        replaying: false,
+        storeCheckedAtMs: undefined,
         createdAtMs: at,
         lastActivityMs: at,
         finishedAtMs: undefined
@@ -190,6 +207,8 @@ export const make = (options: TransportOptions) =>
     const turnSession = (turn: TurnRef): Effect.Effect<Session> =>
       Effect.gen(function*() {
         const session = yield* sessionFor(requestIdOf(turn))
+        // A turn recovered after a restart: its todos start from what the run request's checkpoint held.
+        if (!session.runnerSpoke && session.run === undefined) session.todos = Dialect.todosOf(Dialect.carriedCheckpointOf(turn.settings))
         session.runnerSpoke = true
         if (session.run === undefined && session.inbox.next === 0) {
           if (session.inbox.held.size === 0) session.adopted = true
@@ -385,7 +404,7 @@ export const make = (options: TransportOptions) =>
       Effect.gen(function*() {
         session.run = run
         session.todos = Dialect.todosOf(run.conversationState)
-        const conversationId = run.conversationId !== undefined && run.conversationId !== "" ? run.conversationId : session.requestId
+        const conversationId = conversationOf(session, run)
         session.conversationId = conversationId
         switch (run.action._tag) {
           case "StartTurn": {
@@ -410,6 +429,134 @@ export const make = (options: TransportOptions) =>
             }))
             return
         }
+      })
+
+    /** The conversation a run request is for: its conversation id, else the request id. */
+    const conversationOf = (session: Session, run: RunRequest) =>
+      run.conversationId !== undefined && run.conversationId !== "" ? run.conversationId : session.requestId
+
+    // -------------------------------------------------------------------------
+    // Turns that ended in an earlier process
+    // -------------------------------------------------------------------------
+
+    /** No run request reached this process for the request, the runner never spoke for it, and nothing ended it yet. */
+    const unresolved = (session: Session) =>
+      session.run === undefined && !session.runnerSpoke && !session.replaying && session.finishedAtMs === undefined
+
+    /** The turn key and seqno of one of the request's input ids (`inputIdOf`); undefined for any other id. */
+    const parseInputId = (requestId: string, inputId: string): { readonly turnKey: string; readonly seqno: number } | undefined => {
+      const prefix = `${requestId}/`
+      const colon = inputId.lastIndexOf(":")
+      if (!inputId.startsWith(prefix) || colon <= prefix.length) return undefined
+      const turnKey = inputId.slice(prefix.length, colon)
+      const seqno = inputId.slice(colon + 1)
+      // A key with a slash would be another request's (`<request>/<more>/<key>:n`): message ids and generations have none.
+      return /^\d+$/.test(seqno) && !turnKey.includes("/") ? { turnKey, seqno: Number(seqno) } : undefined
+    }
+
+    /** The input id a run request gets (see `onRunRequest`), when it has one that a later process computes alike: from its user message id. */
+    const runRequestInputId = (session: Session, seqno: number, run: RunRequest): string | undefined =>
+      run.action._tag === "StartTurn" && run.action.userMessageId !== "" ? `${session.requestId}/${run.action.userMessageId}:${seqno}` : undefined
+
+    /** The run request's input id when it was applied before (by this process or an earlier one): then it is a re-send. */
+    const committedRunRequest = (session: Session, seqno: number, run: RunRequest) =>
+      Effect.gen(function*() {
+        const inputId = runRequestInputId(session, seqno, run)
+        if (inputId === undefined) return undefined
+        const runner = yield* Deferred.await(runnerReady)
+        return (yield* runner.isCommitted(conversationOf(session, run), inputId)) ? inputId : undefined
+      })
+
+    /** The turn the store says a request started most recently, when it is that request's and is over. */
+    const endedTurnOf = (requestId: string, found: Option.Option<StartedTurn>) =>
+      Option.isSome(found) && found.value._tag === "Ended" && requestIdOf(found.value.turn) === requestId ? found.value : undefined
+
+    /**
+     * REPLAYING THE END OF A TURN. A process can die after committing the end of a turn and
+     * before sending it (set_blob, turn_ended, checkpoint, end-stream): the history is complete,
+     * but the client, which reopens RunSSE with the same request id and re-sends the appends it
+     * has no acknowledgement for, reaches a process with no turn for that request (`unresolved`).
+     * The store records the input that started each turn, so the request's turns are found by
+     * their input ids (`<request id>/<turn key>:<seqno>`). The end of the request's turn is
+     * replayed, from the committed state, only when that turn is the conversation's current turn,
+     * is over, and there is evidence the client still waits for THAT turn:
+     *
+     * 1. a run request arrives whose input (`<request id>/<user message id>:<seqno>`) is already
+     *    committed and started that turn: it is a re-send. Or
+     * 2. RunSSE has waited `orphanTimeoutMs` and no run request arrived (`resolveOrphan`); the
+     *    turn is the request's newest.
+     *
+     * Otherwise nothing is replayed. Cursor reuses request ids: the RunSSE of a new turn on a
+     * reused id may arrive before its run request, and must get the new turn; its run request is
+     * not committed, so it starts the turn as always, and rule 2 cannot fire first unless the run
+     * request comes `orphanTimeoutMs` late (before replays existed, that RunSSE then got
+     * `unavailable` at the same moment). Follow-ups and cancels are not evidence: they carry
+     * nothing that names their turn, and on a reused id the new turn's may arrive before its run
+     * request. Like any append ahead of the inbox they are held (acknowledged), and a replay
+     * drops them unapplied. A turn still in progress (recovered, its model call re-issued) is
+     * waited for: the runner speaks and the session adopts it. A request the store knows no
+     * turn of, or whose turn a later one replaced, ends `unavailable` after `orphanTimeoutMs`.
+     *
+     * What is replayed is what `finish` sends: turn_ended with the usage of the turn's committed
+     * answers (exact: every answer records its usage), set_blob for the blobs of the checkpoint
+     * projected from the committed settings and history (typed tool results the old process
+     * held in memory are lost: those steps are partial tool calls), the checkpoint once the
+     * client acknowledged them, then end-stream `{}`; or, for a failed or canceled turn, the
+     * error end it had (its text as far as the store recorded it, see `Runner.endedOutcome`).
+     * The replaying session acknowledges every later append and applies none but the KV answers
+     * to its own set_blobs; a run request that is not committed (a new turn on the id) replaces
+     * it with a fresh session.
+     */
+    const replayEnd = (session: Session, ended: Extract<StartedTurn, { readonly _tag: "Ended" }>) =>
+      Effect.gen(function*() {
+        session.replaying = true
+        session.conversationId = ended.turn.conversationId
+        const started = parseInputId(session.requestId, ended.startInputId)
+        if (started !== undefined) session.turnKey = started.turnKey
+        // Appends held so far were the ended turn's (re-sent): acknowledged when they arrived, never applied.
+        session.inbox = emptyInbox()
+        session.todos = Dialect.todosOf(Dialect.carriedCheckpointOf(ended.turn.settings))
+        yield* Effect.logInfo(
+          `transport: replaying the end (${ended.outcome._tag}) of turn ${ended.turn.turnId} of ${session.requestId}, committed before a restart`
+        )
+        yield* sendTurnEnd(session, ended.turn, ended.outcome, ended.state, ended.usage)
+      })
+
+    /** Rule 2 of `replayEnd`, for a RunSSE that waited `orphanTimeoutMs` on an unresolved request. */
+    const resolveOrphan = (session: Session) =>
+      session.lock.withPermits(1)(Effect.gen(function*() {
+        if (!unresolved(session) || session.channel.isClosed()) return
+        const runner = yield* Deferred.await(runnerReady)
+        const requestId = session.requestId
+        const found = yield* runner.findStartedTurn(`${requestId}/`, (inputId) => parseInputId(requestId, inputId) !== undefined)
+        const ended = endedTurnOf(requestId, found)
+        if (ended !== undefined) return yield* replayEnd(session, ended)
+        // In progress (a turn being resumed): the runner will speak for it. Asked again after another timeout.
+        if (Option.isSome(found) && found.value._tag === "Running" && requestIdOf(found.value.turn) === requestId) return
+        yield* endSession(session, Dialect.EndStream.Error({
+          code: "unavailable",
+          message: "The server has no turn for this request (it may have restarted after the turn ended). The conversation is saved; send your message again.",
+          detail: undefined
+        }))
+      }))
+
+    /**
+     * Rule 1 of `replayEnd`, for an append to an unresolved request: true when the append re-sends
+     * a committed run request and was dealt with here (the end replayed, or nothing left to do),
+     * false when it goes on as usual (not a re-send, or its turn is still in progress: the runner
+     * skips the committed input, and the session adopts the turn when the runner speaks).
+     */
+    const onResentRunRequest = (session: Session, seqno: number, run: RunRequest) =>
+      Effect.gen(function*() {
+        const inputId = yield* committedRunRequest(session, seqno, run)
+        if (inputId === undefined) return false
+        const runner = yield* Deferred.await(runnerReady)
+        const found = yield* runner.findStartedTurn(`${session.requestId}/`, (id) => id === inputId)
+        if (Option.isSome(found) && found.value._tag === "Running") return false
+        const ended = endedTurnOf(session.requestId, found)
+        if (ended !== undefined) yield* replayEnd(session, ended)
+        else yield* Effect.logDebug(`transport: append ${seqno} of ${session.requestId} re-sends a run request whose turn is no longer current; not applied`)
+        return true
       })
 
     // -------------------------------------------------------------------------
@@ -446,12 +593,22 @@ export const make = (options: TransportOptions) =>
         let session = yield* sessionFor(requestId)
         const durable: Array<Effect.Effect<void>> = []
         yield* session.lock.withPermits(1)(Effect.gen(function*() {
-          // A request id reused for a new turn (the IDE does this): start its session afresh.
-          if (session.finishedAtMs !== undefined && seqno === 0 && message._tag === "RunRequest") {
+          let newTurn = false
+          if ((session.finishedAtMs !== undefined || session.replaying) && seqno === 0 && message._tag === "RunRequest") {
+            // The run request of the turn that ended here, sent again: acknowledged, not applied again.
+            if ((yield* committedRunRequest(session, seqno, message)) !== undefined) return
+            // A request id reused for a new turn (the IDE does this): start its session afresh.
             const fresh = yield* newSession(requestId, yield* now)
             sessions.set(requestId, fresh)
             session = fresh
+            newTurn = true
           }
+          if (session.replaying) {
+            // Appends of a turn whose end is replayed change nothing; the replayed blobs' acknowledgements are awaited.
+            if (message._tag === "KvResult") yield* handle(session, seqno, message, durable)
+            return
+          }
+          if (!newTurn && unresolved(session) && message._tag === "RunRequest" && (yield* onResentRunRequest(session, seqno, message))) return
           if (session.adopted) {
             // A recovered turn: the client's numbering continues from the previous process.
             if (seqno > 0 && session.inbox.next === 0 && session.inbox.held.size === 0) session.inbox = emptyInbox(seqno)
@@ -521,8 +678,11 @@ export const make = (options: TransportOptions) =>
       })
 
     const finish = (turn: TurnRef, outcome: TurnOutcome, state: ConversationState, usage: Usage) =>
+      Effect.flatMap(turnSession(turn), (session) => sendTurnEnd(session, turn, outcome, state, usage))
+
+    /** What ends a turn on the wire, once: turn_ended, the blobs and the checkpoint (a final answer), end-stream. */
+    const sendTurnEnd = (session: Session, turn: TurnRef, outcome: TurnOutcome, state: ConversationState, usage: Usage) =>
       Effect.gen(function*() {
-        const session = yield* turnSession(turn)
         if (session.finishing) return
         session.finishing = true
         session.correlation = { ...session.correlation, usage }
@@ -544,13 +704,15 @@ export const make = (options: TransportOptions) =>
         }))
       })
 
+    /** The turn's checkpoint; without its run request (a turn recovered or replayed after a restart), from the committed settings and history. */
     const projectTurn = (session: Session, turn: TurnRef, state: ConversationState, usage: Usage) => {
-      const action = session.run?.action
+      const run = session.run
+      const action = run?.action
       const userMessage = action?._tag === "StartTurn"
-        ? { text: action.userMessage.text, messageId: action.userMessageId, mode: session.run?.mode ?? "agent" as const }
-        : { text: "", messageId: "", mode: Dialect.modeOfSettings(turn.settings) }
+        ? { text: action.userMessage.text, messageId: action.userMessageId, mode: run?.mode ?? "agent" as const }
+        : Dialect.turnUserMessageOf(turn.settings, state.messages.slice(state.turnStart))
       return Dialect.projectCheckpoint({
-        previous: session.run?.conversationState,
+        previous: run !== undefined ? run.conversationState : Dialect.carriedCheckpointOf(turn.settings),
         requestId: session.requestId,
         userMessage,
         turnMessages: state.messages.slice(state.turnStart),
@@ -560,7 +722,7 @@ export const make = (options: TransportOptions) =>
         todos: session.todos,
         usedTokens: usage.input + usage.cacheRead + usage.cacheWrite + usage.output,
         maxTokens: options.contextWindowOf(turn.settings.model),
-        workspaceUris: session.run?.workspace.workspacePaths ?? [],
+        workspaceUris: run?.workspace.workspacePaths ?? Dialect.workspacePathsOf(turn.settings),
         mcpTools: toolContext(session, turn).mcpTools
       })
     }
@@ -595,17 +757,16 @@ export const make = (options: TransportOptions) =>
       const at = yield* now
       for (const [requestId, session] of sessions) {
         // A RunSSE waiting on a request this process knows nothing of (no run request, no turn):
-        // after a restart that is a turn that ended before the crash, or one never received.
-        // End it with an error the client can act on rather than heartbeats forever.
+        // after a restart, a turn that ended before the crash (its end is replayed), one being
+        // resumed (waited for), or one never received (ended with an error the client can act
+        // on rather than heartbeats forever). See `replayEnd`.
         if (
-          session.run === undefined && !session.runnerSpoke && !session.channel.isClosed() &&
-          session.channel.isAttached() && at - session.createdAtMs > options.orphanTimeoutMs
+          unresolved(session) && !session.channel.isClosed() && session.channel.isAttached() &&
+          at - session.createdAtMs > options.orphanTimeoutMs &&
+          (session.storeCheckedAtMs === undefined || at - session.storeCheckedAtMs > options.orphanTimeoutMs)
         ) {
-          yield* endSession(session, Dialect.EndStream.Error({
-            code: "unavailable",
-            message: "The server has no turn for this request (it may have restarted after the turn ended). The conversation is saved; send your message again.",
-            detail: undefined
-          }))
+          session.storeCheckedAtMs = at
+          yield* resolveOrphan(session)
         }
         const finishedLongAgo = session.finishedAtMs !== undefined && at - session.finishedAtMs > options.finishedRetentionMs
         const idleLongAgo = session.conversationId === undefined && at - session.lastActivityMs > options.idleRetentionMs

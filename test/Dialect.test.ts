@@ -27,6 +27,7 @@ import { BidiAppendRequestSchema, BidiRequestIdSchema, ErrorDetails_Error } from
 import {
   blobIdOf,
   bytesToHex,
+  carriedCheckpointOf,
   canceled,
   completeExec,
   decodeBidiAppend,
@@ -58,7 +59,9 @@ import {
   resolveExec,
   resolveKv,
   toFrame,
-  todosOf
+  todosOf,
+  turnUserMessageOf,
+  workspacePathsOf
 } from "../src/Dialect.js"
 import type { BidiEnvelope, ClientMessage, TurnCorrelation } from "../src/Dialect.js"
 import type { AssistantMessage, Message, ResponseEvent, Usage } from "../src/Llm.js"
@@ -555,6 +558,54 @@ describe("KV and checkpoints", () => {
     assert.deepStrictEqual(todosOf(checkpoint).map((todo) => todo.id), ["a"])
     const published = wire(encodeCheckpoint(checkpoint)).message
     assert.strictEqual(published.case, "conversationCheckpointUpdate")
+  })
+
+  it("a run request's settings keep what a later process needs for the turn's checkpoint: the user message id, the earlier turns and todos (not the client's other, larger fields)", () => {
+    const earlier = [new Uint8Array(32).fill(7), new Uint8Array(32).fill(8)]
+    const todo = create(TodoItemSchema, { id: "t1", content: "write tests", status: TodoStatus.PENDING })
+    const run = decodeMessage("RunRequest", {
+      case: "runRequest",
+      value: {
+        conversationId: "conv-1",
+        conversationState: create(ConversationStateStructureSchema, {
+          turns: earlier,
+          todos: [toBinary(TodoItemSchema, todo)],
+          rootPromptMessagesJson: [new Uint8Array(32).fill(1)],
+          summary: new Uint8Array(4096)
+        }),
+        action: {
+          action: {
+            case: "userMessageAction",
+            value: {
+              userMessage: { text: "fix it", messageId: "msg-7", mode: AgentMode.ASK },
+              requestContext: { env: { workspacePaths: ["/w"] }, fileContents: { "/w/a.ts": "a" } }
+            }
+          }
+        }
+      }
+    })
+    if (run.action._tag !== "StartTurn") return assert.fail("expected StartTurn")
+    const { settings } = run.action.start
+    assert.deepStrictEqual(JSON.parse(JSON.stringify(settings)), settings)
+    const carried = carriedCheckpointOf(settings)!
+    assert.deepStrictEqual(carried.turns.map((id) => bytesToHex(id)), earlier.map((id) => bytesToHex(id)))
+    assert.deepStrictEqual(todosOf(carried).map((item) => item.content), ["write tests"])
+    assert.deepStrictEqual([carried.rootPromptMessagesJson.length, carried.summary], [0, undefined])
+    assert.deepStrictEqual(workspacePathsOf(settings), ["/w"])
+    // The turn as committed: the attached file first, the typed message last, then the answer.
+    const turnMessages: ReadonlyArray<Message> = [
+      { role: "user", content: run.action.start.context },
+      run.action.start.message,
+      assistant([{ type: "text", text: "Fixed." }], usage(1, 1))
+    ]
+    assert.deepStrictEqual(turnUserMessageOf(settings, turnMessages), { text: "fix it", messageId: "msg-7", mode: "ask" })
+    // A new chat carries no checkpoint.
+    const fresh = decodeMessage("RunRequest", {
+      case: "runRequest",
+      value: { action: { action: { case: "userMessageAction", value: { userMessage: { text: "hi", messageId: "m" } } } } }
+    })
+    if (fresh.action._tag !== "StartTurn") return assert.fail("expected StartTurn")
+    assert.isUndefined(carriedCheckpointOf(fresh.action.start.settings))
   })
 })
 

@@ -1,13 +1,13 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, Layer, Option, Ref, Scope } from "effect"
+import { Context, Effect, Exit, Layer, Option, Ref, Scope } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { canonicalJson, serializeMessage } from "../src/Llm.js"
 import type { ToolCall, ToolResultMessage } from "../src/Llm.js"
-import { Input } from "../src/Loop.js"
+import { Command, Input } from "../src/Loop.js"
 import * as RunnerModule from "../src/Runner.js"
-import { Runner } from "../src/Runner.js"
+import { Runner, StartedTurn } from "../src/Runner.js"
 import type { DispatchedOperation } from "../src/Runner.js"
 import * as StoreModule from "../src/Store.js"
 import { Store } from "../src/Store.js"
@@ -240,5 +240,104 @@ describe("Runner recovery", () => {
       assert.strictEqual(gateway.log.dispatched.length, 0)
       const result = (yield* history(store, "conv")).messages[2]!
       assert.isTrue(result.role === "toolResult" && result.isError)
+    }))
+})
+
+/**
+ * After a restart, the transport asks the runner where a request's turn stands, to replay the
+ * end a crash kept from the client. What `findStartedTurn` rebuilds from the store must be
+ * what `ClientGateway.finish` was given when the turn ended.
+ */
+describe("Runner: turns found by the input that started them", () => {
+  const withDatabase = Effect.acquireRelease(
+    Effect.sync(() => mkdtempSync(join(tmpdir(), "byok-runner-started-"))),
+    (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
+  ).pipe(Effect.map((dir) => StoreModule.layerSqlite({ filename: join(dir, "byok.sqlite") })))
+
+  const cut = assistant([{ type: "text", text: "cut off" }], "length", usage(4, 4096))
+
+  it.scoped("a fresh runner on the same store rebuilds each ended turn's outcome, state and usage as finish had them; running, past and unknown turns are told apart", () =>
+    Effect.gen(function*() {
+      const database = yield* withDatabase
+      const scope = yield* Scope.make()
+      const finished = yield* Scope.extend(Effect.gen(function*() {
+        const { gateway, llm, runner } = yield* harness([
+          toolCalls(call("t1", "read")),
+          text("done", usage(7, 3)),
+          { _tag: "Events", events: answerEvents(cut) },
+          { _tag: "Fail", error: providerDown },
+          { _tag: "Stall", events: [{ _tag: "Start" }] },
+          toolCalls(call("t2", "shell", `{"command":"sleep 60"}`)),
+          text("past one"),
+          text("past two"),
+          { _tag: "Stall", events: [{ _tag: "Start" }] }
+        ], (op) => (op.toolCall.name === "shell" ? null : toolResult(op.toolCall)), database)
+        const turn = (conversationId: string, inputId: string, count: number) =>
+          runner.submit(conversationId, start(`hello ${conversationId}`), inputId).pipe(Effect.zipRight(gateway.finishedAtLeast(count)))
+        yield* turn("conv-final", "req-final/m1:0", 1)
+        yield* turn("conv-length", "req-length/m1:0", 2)
+        yield* turn("conv-failed", "req-failed/m1:0", 3)
+        yield* runner.submit("conv-canceled", start("wait"), "req-canceled/m1:0")
+        yield* Effect.repeat(Ref.get(llm.calls), { until: (calls) => calls.length === 5 })
+        yield* runner.submit("conv-canceled", Input.Cancel({ reason: "user_stopped_generation" }), "req-canceled/m1:1")
+        yield* gateway.finishedAtLeast(4)
+        yield* runner.submit("conv-tool-canceled", start("run it"), "req-tool/m1:0")
+        yield* Effect.repeat(Effect.sync(() => gateway.log.dispatched.length), { until: (n) => n === 2 })
+        yield* runner.submit("conv-tool-canceled", Input.Cancel({ reason: "stop" }), "req-tool/m1:1")
+        yield* gateway.finishedAtLeast(5)
+        yield* turn("conv-past", "req-past-1/m1:0", 6)
+        yield* turn("conv-past", "req-past-2/m2:0", 7)
+        yield* runner.submit("conv-running", start("slow"), "req-running/m1:0")
+        yield* Effect.repeat(Ref.get(llm.calls), { until: (calls) => calls.length === 9 })
+        return gateway.log.finished.slice()
+      }), scope)
+      yield* Scope.close(scope, Exit.void)
+
+      const { runner } = yield* harness([], undefined, database)
+      const found = (prefix: string) => runner.findStartedTurn(prefix, () => true).pipe(Effect.map(Option.getOrThrow))
+      const ended = (prefix: string) =>
+        Effect.map(found(prefix), (turn) => {
+          if (turn._tag !== "Ended") throw new Error(`${prefix}: expected Ended, got ${turn._tag}`)
+          return turn
+        })
+      const byConversation = (conversationId: string) => finished.find((f) => f.turn.conversationId === conversationId)!
+
+      const cases = [
+        ["req-final/", "conv-final", "req-final/m1:0"],
+        ["req-length/", "conv-length", "req-length/m1:0"],
+        ["req-canceled/", "conv-canceled", "req-canceled/m1:0"],
+        ["req-past-2/", "conv-past", "req-past-2/m2:0"]
+      ] as const
+      for (const [prefix, conversationId, startInputId] of cases) {
+        const turn = yield* ended(prefix)
+        // The conversation's last finished turn (conv-past had two).
+        const original = finished.filter((f) => f.turn.conversationId === conversationId).at(-1)!
+        assert.deepStrictEqual(turn.outcome, original.outcome, prefix)
+        assert.deepStrictEqual(turn.usage, original.usage, prefix)
+        assert.deepStrictEqual(turn.state, original.state, prefix)
+        assert.strictEqual(turn.turn.turnId, original.turn.turnId, prefix)
+        assert.strictEqual(turn.startInputId, startInputId)
+      }
+      assert.strictEqual((yield* ended("req-past-2/")).turn.turnId, "conv-past/t2")
+      assert.deepStrictEqual((yield* ended("req-final/")).usage, usage(17, 8), "both answers of the turn")
+      assert.deepStrictEqual((yield* ended("req-length/")).outcome, Command.Final({ message: cut, reason: "length" }))
+      // A failure keeps its text; whether it was retryable is not recorded (never sent to the client as such).
+      const failed = yield* ended("req-failed/")
+      const originalFailure = byConversation("conv-failed").outcome
+      assert.deepStrictEqual(failed.outcome, Command.Failed({ error: originalFailure._tag === "Failed" ? originalFailure.error : "?", retryable: false }))
+      assert.deepStrictEqual(failed.usage, byConversation("conv-failed").usage)
+      // A cancel while a tool ran leaves no reason in the store.
+      assert.deepStrictEqual(byConversation("conv-tool-canceled").outcome, Command.Canceled({ reason: "stop" }))
+      assert.deepStrictEqual((yield* ended("req-tool/")).outcome, Command.Canceled({ reason: "" }))
+      assert.deepStrictEqual(yield* found("req-past-1/"), StartedTurn.Past({ conversationId: "conv-past", turnId: "conv-past/t1", startInputId: "req-past-1/m1:0" }))
+      const running = yield* found("req-running/")
+      assert.strictEqual(running._tag, "Running")
+      assert.isTrue(Option.isNone(yield* runner.findStartedTurn("req-nobody/", () => true)))
+      // `accept` picks among the prefix's starts, newest first.
+      assert.isTrue(Option.isNone(yield* runner.findStartedTurn("req-past-", (id) => id === "req-nobody/m:0")))
+      assert.strictEqual((yield* runner.findStartedTurn("req-past-", () => true)).pipe(Option.getOrThrow).startInputId, "req-past-2/m2:0")
+      assert.strictEqual((yield* runner.findStartedTurn("req-past-", (id) => id.startsWith("req-past-1/"))).pipe(Option.getOrThrow)._tag, "Past")
+      assert.isTrue(yield* runner.isCommitted("conv-canceled", "req-canceled/m1:1"))
+      assert.isFalse(yield* runner.isCommitted("conv-canceled", "req-canceled/m1:2"))
     }))
 })

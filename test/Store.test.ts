@@ -1,11 +1,15 @@
 import { NodeContext } from "@effect/platform-node"
 import { FileSystem, Path } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
+import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Context, Effect, Exit, Layer, Option } from "effect"
 import { canonicalJson, messagesHash, requestHash, serializeMessage } from "../src/Llm.js"
+import { turnIdOf } from "../src/Loop.js"
 import type { ConversationState } from "../src/Loop.js"
 import * as Store from "../src/Store.js"
+import { migrations } from "../src/store/migrations.js"
+import { prefixUpperBound } from "../src/store/SqlStore.js"
 import { journey, plannedCall, user } from "./store/journey.js"
 import type { Step } from "./store/journey.js"
 
@@ -227,7 +231,8 @@ describe("Store", () => {
       }).pipe(Effect.provide(withSql(filename)))
 
       assert.deepStrictEqual(reopened.pragmas, { journal: "wal", foreignKeys: 1, synchronous: 1 })
-      assert.deepStrictEqual(reopened.migrations.map((m) => m.migration_id), [1])
+      // Every migration ran once, none again on reopening.
+      assert.deepStrictEqual(reopened.migrations.map((m) => m.migration_id), [1, 2])
       const { state, version } = reopened.loaded
       assert.strictEqual(version, steps.length)
       assert.deepStrictEqual(state, final)
@@ -555,6 +560,88 @@ describe("Store", () => {
         `{"_tag":"Done"}`
       ])
     }).pipe(Effect.provide(memory)))
+
+  describe("turn starts: which input started each turn, found by input id prefix", () => {
+    /** The journey's steps with input ids as the transport makes them for its two turn starts, and others elsewhere. */
+    const requestSteps = (conversationId: string, startIds: readonly [string, string]) => {
+      const { steps } = journey(conversationId)
+      const starts = steps.flatMap((step, i) => (i === 0 || step.next.turnId !== steps[i - 1]!.next.turnId ? [i] : []))
+      assert.strictEqual(starts.length, 2)
+      return {
+        starts,
+        steps: steps.map((step, i) => ({ ...step, inputId: i === starts[0] ? startIds[0] : i === starts[1] ? startIds[1] : `${conversationId}/derived:${i}` }))
+      }
+    }
+
+    it.effect("a turn's first commit records its input; a request's turns come back newest first; other commits and duplicates record nothing", () =>
+      Effect.gen(function*() {
+        const store = yield* Store.Store
+        const { starts, steps } = requestSteps("conv-ts", ["req-a/msg-1:0", "req-a/msg-2:0"])
+        yield* commitAll("conv-ts", steps)
+        const found = yield* store.findTurnStarts("req-a/")
+        assert.deepStrictEqual(found.map(({ conversationId, inputId, turnId, version }) => ({ conversationId, turnId, inputId, version })), [
+          { conversationId: "conv-ts", turnId: turnIdOf("conv-ts", 2), inputId: "req-a/msg-2:0", version: starts[1]! + 1 },
+          { conversationId: "conv-ts", turnId: turnIdOf("conv-ts", 1), inputId: "req-a/msg-1:0", version: starts[0]! + 1 }
+        ])
+        assert.deepStrictEqual(yield* store.findTurnStarts("conv-ts/"), [], "commits that start no turn record none")
+        // The start applied again: DuplicateInput, and still one record per turn.
+        const again = yield* Effect.exit(store.commitInput({ conversationId: "conv-ts", expectedVersion: starts[1]!, ...steps[starts[1]!]! }))
+        assert.strictEqual(failure(again)._tag, "DuplicateInput")
+        assert.strictEqual((yield* store.findTurnStarts("req-a/")).length, 2)
+      }).pipe(Effect.provide(memory)))
+
+    it.effect("the prefix is exact: ids that sort next to it (a longer request id, the next character, non-ASCII) are not returned", () =>
+      Effect.gen(function*() {
+        const store = yield* Store.Store
+        const cases: ReadonlyArray<readonly [string, readonly [string, string]]> = [
+          ["conv-p1", ["req/m1:0", "req/m2:0"]],
+          ["conv-p2", ["req0/m1:0", "req./m2:0"]],
+          ["conv-p3", ["reqa/m1:0", "re/m2:0"]],
+          ["conv-p4", ["rêq/m1:0", "réq/m2:0"]],
+          ["conv-p5", ["réq0/m1:0", "rép/m2:0"]]
+        ]
+        for (const [conversationId, ids] of cases) yield* commitAll(conversationId, requestSteps(conversationId, ids).steps)
+        const ids = (prefix: string) => Effect.map(store.findTurnStarts(prefix), (found) => found.map((start) => start.inputId))
+        assert.deepStrictEqual(yield* ids("req/"), ["req/m2:0", "req/m1:0"])
+        assert.deepStrictEqual(yield* ids("réq/"), ["réq/m2:0"])
+        assert.deepStrictEqual(yield* ids("rêq/"), ["rêq/m1:0"])
+        assert.deepStrictEqual(yield* ids("nobody/"), [])
+        assert.deepStrictEqual(yield* ids("\u{10FFFF}"), [], "no upper bound: the prefix test alone")
+        // The range uses the input_id index.
+        const sql = yield* SqlClient.SqlClient
+        const plan = yield* sql<{ detail: string }>`EXPLAIN QUERY PLAN SELECT * FROM turn_starts WHERE input_id >= 'req/' AND input_id < 'req0'`
+        assert.isTrue(plan.some((row) => row.detail.includes("turn_starts_input")), JSON.stringify(plan))
+      }).pipe(Effect.provide(memory)))
+
+    it("the range's upper bound is the prefix with its last code point raised (surrogates skipped, U+10FFFF carried)", () => {
+      assert.strictEqual(prefixUpperBound("req/"), "req0")
+      assert.strictEqual(prefixUpperBound("é"), "ê")
+      assert.strictEqual(prefixUpperBound("a\uD7FF"), "a\uE000")
+      assert.strictEqual(prefixUpperBound("a\u{10FFFF}"), "b")
+      assert.strictEqual(prefixUpperBound("\u{10FFFF}"), undefined)
+    })
+
+    it.scoped("a database made before turn starts were recorded is upgraded in place: 0002 runs once, later turns record their starts", () =>
+      Effect.gen(function*() {
+        const filename = yield* tempDatabase
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        yield* fs.makeDirectory(path.dirname(filename), { recursive: true })
+        yield* SqliteMigrator.run({ loader: SqliteMigrator.fromRecord({ "0001_init": migrations["0001_init"] }) }).pipe(
+          Effect.provide(SqliteClient.layer({ filename }))
+        )
+        const { steps } = requestSteps("conv-old", ["req-old/m1:0", "req-old/m2:0"])
+        const result = yield* Effect.gen(function*() {
+          const store = yield* Store.Store
+          const sql = yield* SqlClient.SqlClient
+          const migrated = yield* sql<{ migration_id: number }>`SELECT migration_id FROM effect_sql_migrations ORDER BY migration_id`
+          yield* commitAll("conv-old", steps)
+          return { migrated: migrated.map((m) => m.migration_id), found: yield* store.findTurnStarts("req-old/") }
+        }).pipe(Effect.provide(withSql(filename)))
+        assert.deepStrictEqual(result.migrated, [1, 2])
+        assert.deepStrictEqual(result.found.map((start) => start.inputId), ["req-old/m2:0", "req-old/m1:0"])
+      }).pipe(Effect.provide(NodeContext.layer)))
+  })
 
   it.effect("a commit for another conversation's state is refused", () =>
     Effect.gen(function*() {

@@ -125,6 +125,16 @@ export interface InputCommit {
   readonly result: unknown
 }
 
+/** The input whose commit started a turn: the first commit that carried that turn id. */
+export interface TurnStart {
+  readonly conversationId: string
+  readonly turnId: string
+  readonly inputId: string
+  /** The conversation version that commit produced. */
+  readonly version: number
+  readonly startedAtMs: number
+}
+
 export interface InFlight {
   /** Model calls still `planned` or `streaming`: re-issue each with its exact saved request. */
   readonly llmCalls: ReadonlyArray<LlmCallRecord>
@@ -231,6 +241,9 @@ export class NotFound extends Schema.TaggedError<NotFound>("cursor-byok/Store/No
 
 export type CommitError = VersionConflict | DuplicateInput | HistoryRewritten | InvalidCommit | StoreError
 
+/** How many turn starts `findTurnStarts` returns at most (a request id is reused for a few turns, not hundreds). */
+export const TURN_STARTS_LIMIT = 50
+
 // =============================================================================
 // The service's shape
 // =============================================================================
@@ -244,9 +257,15 @@ export interface StoreService {
     inputId: string
   ) => Effect.Effect<Option.Option<InputCommit>, CorruptRow | StoreError>
   /**
+   * The turns started by inputs whose id begins with `inputIdPrefix` (the inputs of one client
+   * request share a prefix), newest first, at most `TURN_STARTS_LIMIT`. `commitInput` records a
+   * turn's start with the commit that first carries its turn id.
+   */
+  readonly findTurnStarts: (inputIdPrefix: string) => Effect.Effect<ReadonlyArray<TurnStart>, StoreError>
+  /**
    * Applies one input in one transaction and returns the new version: compare-and-swap on the
-   * version, append the new messages, record the input and its result, save the planned model
-   * call and client operations. A duplicate input fails with `DuplicateInput` carrying the
+   * version, append the new messages, record the input and its result (and, when it starts a
+   * turn, that it did), save the planned model call and client operations. A duplicate input fails with `DuplicateInput` carrying the
    * recorded result; a stale version fails with `VersionConflict`; in both cases nothing is written.
    */
   readonly commitInput: (input: CommitInput) => Effect.Effect<number, CommitError>

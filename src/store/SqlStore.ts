@@ -39,6 +39,7 @@ import {
   OperationStatus,
   RequestHashMismatch,
   StoreError,
+  TURN_STARTS_LIMIT,
   VersionConflict
 } from "./Model.js"
 import type {
@@ -53,7 +54,8 @@ import type {
   OperationRecord,
   PlannedLlmCall,
   PlannedOperation,
-  StoreService
+  StoreService,
+  TurnStart
 } from "./Model.js"
 
 // =============================================================================
@@ -130,6 +132,29 @@ const parseJson = (text: string): Either.Either<unknown, string> => {
   } catch (error) {
     return Either.left(`invalid JSON: ${error instanceof Error ? error.message : String(error)}`)
   }
+}
+
+interface TurnStartRow {
+  readonly conversation_id: string
+  readonly turn_id: string
+  readonly input_id: string
+  readonly started_version: number
+  readonly started_at_ms: number
+}
+
+/**
+ * The least string above every string that starts with `prefix`, in code point order (which is
+ * UTF-8 byte order, SQLite's BINARY collation): the prefix with its last code point raised by
+ * one. Undefined when no code point can be raised (a prefix of U+10FFFF only).
+ */
+export const prefixUpperBound = (prefix: string): string | undefined => {
+  const points = Array.from(prefix)
+  while (points.length > 0) {
+    let next = points.pop()!.codePointAt(0)! + 1
+    if (next >= 0xd800 && next <= 0xdfff) next = 0xe000
+    if (next <= 0x10ffff) return points.join("") + String.fromCodePoint(next)
+  }
+  return undefined
 }
 
 const formatIssue = (error: ParseResult.ParseError): string => ParseResult.TreeFormatter.formatErrorSync(error)
@@ -465,6 +490,7 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
 
     const transaction = Effect.gen(function*() {
       let fresh: ReadonlyArray<MessageRow>
+      let storedTurnId = ""
       if (expectedVersion === 0) {
         fresh = yield* appended(0, emptyMessagesHash)
         const created = yield* sql<{ version: number }>`
@@ -477,12 +503,13 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
         if (created.length === 0) return yield* lostRace(conversationId, inputId, expectedVersion)
       } else {
         // Touching the row first takes the write lock at once and wins (or loses) the version.
-        const won = yield* sql<{ message_count: number; messages_hash: string }>`
+        const won = yield* sql<{ message_count: number; messages_hash: string; turn_id: string }>`
           UPDATE conversations SET version = version + 1
           WHERE conversation_id = ${conversationId} AND version = ${expectedVersion}
-          RETURNING message_count, messages_hash`
+          RETURNING message_count, messages_hash, turn_id`
         const stored = won[0]
         if (stored === undefined) return yield* lostRace(conversationId, inputId, expectedVersion)
+        storedTurnId = stored.turn_id
         fresh = yield* appended(stored.message_count, stored.messages_hash)
         yield* sql`
           UPDATE conversations SET status = ${next.status}, turn_id = ${next.turnId},
@@ -504,6 +531,12 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
         // Applied before under another version: fail so the transaction leaves nothing behind.
         const previous = yield* recordedInput(conversationId, inputId)
         if (Option.isSome(previous)) return yield* new DuplicateInput({ conversationId, inputId, ...previous.value })
+      }
+      if (next.turnId !== "" && next.turnId !== storedTurnId) {
+        yield* sql`
+          INSERT INTO turn_starts (conversation_id, turn_id, input_id, started_version, started_at_ms)
+          VALUES (${conversationId}, ${next.turnId}, ${inputId}, ${newVersion}, ${now})
+          ON CONFLICT (conversation_id, turn_id) DO NOTHING`
       }
       const parts = input.llmCall === undefined ? [] : yield* insertLlmCall(input.llmCall, now)
       if (input.clientOperations !== undefined) yield* insertOperations(input.clientOperations, now)
@@ -584,6 +617,24 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
     return yield* recordedInput(conversationId, inputId).pipe(
       Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findInputCommit")(e)))
     )
+  })
+
+  const findTurnStarts = Effect.fn("Store.findTurnStarts")(function*(inputIdPrefix: string) {
+    // A range on the input_id index (in PostgreSQL it needs the C collation to be a prefix range);
+    // the prefix test after it keeps the answer exact whatever the bound.
+    const upper = prefixUpperBound(inputIdPrefix)
+    const rows = yield* sql<TurnStartRow>`
+      SELECT conversation_id, turn_id, input_id, started_version, started_at_ms FROM turn_starts
+      WHERE input_id >= ${inputIdPrefix}${upper === undefined ? sql`` : sql` AND input_id < ${upper}`}
+      ORDER BY started_at_ms DESC, started_version DESC
+      LIMIT ${TURN_STARTS_LIMIT}`.pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findTurnStarts")(e))))
+    return rows.filter((row) => row.input_id.startsWith(inputIdPrefix)).map((row): TurnStart => ({
+      conversationId: row.conversation_id,
+      turnId: row.turn_id,
+      inputId: row.input_id,
+      version: row.started_version,
+      startedAtMs: row.started_at_ms
+    }))
   })
 
   const saveLlmCall = Effect.fn("Store.saveLlmCall")(function*(call: PlannedLlmCall) {
@@ -775,6 +826,7 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
   return {
     load,
     findInputCommit,
+    findTurnStarts,
     commitInput,
     saveLlmCall,
     markLlmCall,

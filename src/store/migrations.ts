@@ -99,7 +99,28 @@ const init = Effect.gen(function*() {
     )`
 })
 
+/**
+ * Which input started each turn (the first commit with that turn id), so that a process can
+ * tell a client that asks about a request after a restart how the turn that request started
+ * ended. A client request's input ids share a prefix (`<request id>/...`), hence the index on
+ * `input_id` for a prefix range scan.
+ */
+const turnStarts = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE turn_starts (
+      conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
+      turn_id TEXT NOT NULL,
+      input_id TEXT NOT NULL,
+      started_version INTEGER NOT NULL,
+      started_at_ms INTEGER NOT NULL,
+      PRIMARY KEY (conversation_id, turn_id)
+    )`
+  yield* sql`CREATE INDEX turn_starts_input ON turn_starts (input_id)`
+})
+
 /** Keyed `<id>_<name>` as the migrator expects; applied in id order, each once. */
 export const migrations = {
-  "0001_init": init
+  "0001_init": init,
+  "0002_turn_starts": turnStarts
 }

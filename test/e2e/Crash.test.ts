@@ -31,8 +31,9 @@
  * own fake provider and workspace, one k after the other within a lane; histories and request
  * bodies are compared with the workspace path replaced by `<ROOT>`. A second test kills the
  * server from outside where no commit point lands (while the shell runs on the client, while a
- * model call streams). The turn-end points (9, 12) and a re-sent-append race are KNOWN BUGS in
- * src/, reproduced in their own describe at the end.
+ * model call streams). Two bugs this test found in src/ (a crash at a turn-end point, 9 or 12,
+ * lost the turn's end; a re-sent append raced a recovered turn) are fixed, and their
+ * reproductions stay as regression tests in their own describe at the end.
  *
  * No test asserts a duration; every wait is bounded; child processes, fake providers and temp
  * directories are released by scope finalizers. `CRASH_POINTS=3,7` runs only those ks.
@@ -394,12 +395,15 @@ const clean = Effect.suspend(() =>
 
 /**
  * The commit that ends a turn (its last model call's Done, committed with the turn's end): turn
- * 1's is the write before turn 2's three, turn 2's the last. See the KNOWN BUG below.
+ * 1's is the write before turn 2's three, turn 2's the last. See the turn-end regression below.
  */
 const turnEndPoints = (run: RunOutcome): ReadonlyArray<number> => [run.writes.length - 3, run.writes.length]
 
-/** Set to false once the server ends (or replays the end of) a turn whose final commit preceded a crash: then every k runs in the main test. */
-const KNOWN_BUG_TURN_END = true
+/**
+ * False since the restarted server replays the end of a turn whose final commit preceded a crash
+ * (Transport `replayEnd`): every k runs in the main test. True again would pin the old symptom.
+ */
+const KNOWN_BUG_TURN_END = false
 
 const selectedPoints = (all: ReadonlyArray<number>): ReadonlyArray<number> => {
   const chosen = process.env["CRASH_POINTS"]
@@ -465,8 +469,8 @@ describe("Crash at every commit point (child process, SIGKILL right after Store 
 
 /**
  * While a bug is open, its test pins the exact symptom (so it fails if the bug changes shape or
- * goes away); once the bug is fixed, set its flag to false and the test asserts the right
- * behaviour (and, for the turn end, the main test runs every k).
+ * goes away); once the bug is fixed, its flag is false and the test asserts the right behaviour
+ * (and, for the turn end, the main test runs every k). Both bugs below are fixed.
  */
 const KNOWN_BUG_HELD_APPEND = false
 
@@ -480,20 +484,23 @@ const expectKnownBug = (open: boolean, outcome: { readonly failures: ReadonlyArr
 }
 
 /**
- * Bugs in src/ this test found: reproductions, with the symptom pinned while open. The held
- * re-sent append (below) is fixed: a recovered turn adopts appends that arrived before it spoke.
+ * Bugs in src/ this test found, both fixed: their reproductions, kept as regression tests (with
+ * the old symptom pinned should a flag be set back to true). The held re-sent append: a
+ * recovered turn adopts appends that arrived before it spoke. The lost turn end: the restarted
+ * process replays it from the store.
  */
-describe("KNOWN BUGS found by the crash test", () => {
+describe("Bugs found by the crash test (fixed; regression tests)", () => {
   /*
    * A crash right after the commit that ends a turn (clean write 9 = turn 1's final Done
    * commitInput; 12 = turn 2's): the history is complete, but the process dies before
    * `ClientGateway.finish` sends set_blob / turn_ended / checkpoint / end-stream. The restarted
-   * process has nothing in flight (`listInFlight` is empty, no "recovered" log line), so the
-   * client's RunSSE reconnect with the same request id gets a fresh empty session. It used to
-   * get heartbeats forever; since the transport ends a RunSSE that waits on a request it has no
-   * turn for (`orphanTimeoutMs`, 5 s here), it gets a readable `unavailable` error instead. Still
-   * open: the turn's end (turn_ended, checkpoint) is not replayed, so Cursor never gets that
-   * turn's checkpoint. (Turn 2 then runs fine on the full history.)
+   * process has nothing in flight (`listInFlight` is empty, no "recovered" log line), and the
+   * client's RunSSE reconnect with the same request id reaches a process with no turn for it.
+   * Before the fix it got heartbeats forever, later a readable `unavailable` error after
+   * `orphanTimeoutMs`, and never that turn's turn_ended and checkpoint. Now the store says which
+   * input started each turn: once the RunSSE has waited `orphanTimeoutMs` (5 s here) without a
+   * new run request, the request's turn is found ended and its end is replayed from the committed
+   * state (turn_ended with the turn's usage, the blobs, the checkpoint, end-stream `{}`).
    */
   it.scopedLive(`crash right after a turn's final commit: the reconnected RunSSE gets the turn's end (turn_ended, checkpoint, end-stream)${KNOWN_BUG_TURN_END ? " [OPEN: symptom pinned]" : ""}`, () =>
     Effect.gen(function*() {
@@ -513,15 +520,13 @@ describe("KNOWN BUGS found by the crash test", () => {
    * (here the model answers 1.5 s after each request). Crash after clean write 5 (the Read
    * result's commitInput): that append (seqno s > 0) was not acknowledged, so the client sends
    * it again at once. `bidiAppend` creates the session (not adopted: `turnSession` has not run
-   * for it yet), whose inbox expects seqno 0, so append s is HELD (and acknowledged). When the
-   * runner then speaks, `turnSession` no longer marks the session adopted (`inbox.held.size > 0`).
-   * Every later append of the turn is held as well: the client's set_blob acknowledgements
-   * (answered 200) never reach the transport, `storeBlobs` times out after 10 s, and the turn
-   * ends without its checkpoint ("the client did not acknowledge the blobs of req-crash-1;
-   * checkpoint not published"). Had the recovered model call asked for another tool, its exec
-   * results would be held the same way and the turn would hang. With an immediate model answer
-   * the runner usually speaks first, which is why the main test passes at k=5, 7, 8; under
-   * load it can hit this bug there until it is fixed.
+   * for it yet), whose inbox expects seqno 0, so append s is held (and acknowledged). Before the
+   * fix, when the runner then spoke, the session was not marked adopted (`inbox.held.size > 0`)
+   * and every later append of the turn was held as well: the set_blob acknowledgements never
+   * reached the transport and the turn ended without its checkpoint (a further tool call would
+   * have hung). Fixed: `adoptHeld` starts the inbox at the first held append and hands on those
+   * in order. With an immediate model answer the runner usually speaks first, which is why the
+   * main test passed at k=5, 7, 8 even before the fix.
    */
   it.scopedLive(`crash after a tool result's commit, re-sent append reaches the new process before the recovered turn speaks: later appends still go through, the turn gets its checkpoint${KNOWN_BUG_HELD_APPEND ? " [OPEN: symptom pinned]" : ""}`, () =>
     Effect.gen(function*() {
