@@ -2,7 +2,7 @@
  * Crash at every commit point (DESIGN §4, invariants 7-10; issue 7).
  *
  * A scripted two-turn session runs under the real server as a child process (`npm start`'s
- * `tsx src/main.ts`), against a loopback fake provider that answers from the request body:
+ * `node dist/main.js`), against a loopback fake provider that answers from the request body:
  *
  *   turn 1  user "turn one: read notes.txt and log a line"
  *           model call 1 -> two tool calls in one message: Read notes.txt (idempotent),
