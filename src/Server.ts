@@ -4,7 +4,7 @@
  * server. `main.ts` launches it; end-to-end tests build it with their own configuration, HTTP
  * client and port.
  */
-import { HttpLayerRouter } from "@effect/platform"
+import { HttpLayerRouter, HttpMiddleware } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import { Effect, Layer } from "effect"
 import { createServer } from "node:http"
@@ -97,7 +97,9 @@ export const layerApp = (config: ServerConfig) => {
     Layer.provideMerge(Router.layer(config.router))
   )
   const routes = Layer.mergeAll(Transport.layerRoutes, SideRpcs.layerRoutes(catalogue(config)), Metrics.layerRoutes)
-  const http = HttpLayerRouter.serve(routes, { disableLogger: true })
+  // No span per request: nothing exports traces, and the span (URL parsing, header redaction,
+  // attributes) was ~60 µs of every request's ~250 µs in the HTTP layer (measured on /healthz).
+  const http = HttpMiddleware.withTracerDisabledWhen(HttpLayerRouter.serve(routes, { disableLogger: true }), () => true)
   return http.pipe(
     Layer.provide(Layer.mergeAll(Transport.layerBindRunner, Recovery)),
     Layer.provideMerge(core)
