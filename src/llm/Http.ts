@@ -10,7 +10,7 @@
  * retried invisibly, while anything the client has seen is never silently replayed.
  */
 import { HttpClient, HttpClientRequest } from "@effect/platform"
-import { Cause, Chunk, Duration, Effect, ExecutionStrategy, Exit, Mailbox, Metric, Option, Random, Scope, Stream } from "effect"
+import { Cause, Chunk, Duration, Effect, Either, ExecutionStrategy, Exit, Mailbox, Metric, Option, Random, Scope, Stream } from "effect"
 import type { LlmError, ResponseEvent } from "../Llm.js"
 import * as Metrics from "../Metrics.js"
 import { classifyHttpError, llmError, type Machine } from "./Common.js"
@@ -66,7 +66,8 @@ const idleError = (provider: string, settings: RetrySettings): LlmError =>
   llmError("idleTimeout", `${provider}: no data for ${settings.idleTimeoutMs} ms`, { retryable: true, provider })
 
 /**
- * One attempt: the raw event stream of one HTTP exchange.
+ * One attempt: the raw events of one HTTP exchange, in a mailbox that ends (or fails) with the
+ * exchange. The request is aborted when the scope closes.
  *
  * A reader fiber decodes each body chunk as it arrives (SSE decoder and the adapter's machine,
  * synchronously) and offers the events to a mailbox the returned stream reads; reading stops
@@ -75,12 +76,11 @@ const idleError = (provider: string, settings: RetrySettings): LlmError =>
  * timeout: it wakes once per timeout period, where `Stream.timeoutFail` raced a timer against
  * every read (~100 µs per chunk, measured).
  */
-export const attemptStream = (
+export const openAttempt = (
   client: HttpClient.HttpClient,
   request: ProviderRequest,
   settings: RetrySettings
-): Stream.Stream<ResponseEvent, LlmError> =>
-  Stream.unwrapScoped(
+): Effect.Effect<Mailbox.ReadonlyMailbox<ResponseEvent, LlmError>, LlmError, Scope.Scope> =>
     Effect.gen(function*() {
       const httpRequest = HttpClientRequest.post(request.url).pipe(
         HttpClientRequest.setHeaders(request.headers),
@@ -171,9 +171,15 @@ export const attemptStream = (
         return Effect.zipRight(Effect.sleep(Duration.millis(settings.idleTimeoutMs - quietFor)), watchdog)
       })
       yield* Effect.forkScoped(watchdog)
-      return Mailbox.toStream(events)
+      return events
     })
-  )
+
+/** One attempt as a stream. */
+export const attemptStream = (
+  client: HttpClient.HttpClient,
+  request: ProviderRequest,
+  settings: RetrySettings
+): Stream.Stream<ResponseEvent, LlmError> => Stream.unwrapScoped(Effect.map(openAttempt(client, request, settings), Mailbox.toStream))
 
 /** The delay before retry number `retry` (0-based), or a fail-fast error when the server asks too much. */
 export const retryDelay = (error: LlmError, retry: number, settings: RetrySettings): Effect.Effect<number, LlmError> =>
@@ -209,39 +215,23 @@ export const streamWithRetry = (
       let retry = 0
       while (true) {
         const scope = yield* Scope.fork(outer, ExecutionStrategy.sequential)
-        const pull = yield* Stream.toPull(attemptStream(client, request, settings)).pipe(Scope.extend(scope))
         const held: Array<ResponseEvent> = []
-        let primed: LlmError | "primed" | "ended" = "ended"
-        while (true) {
-          const result = yield* Effect.exit(pull)
-          if (Exit.isSuccess(result)) {
+        // Taken straight from the attempt's mailbox (no pull-based stream stage in between).
+        const primed = yield* Effect.gen(function*() {
+          const events = yield* openAttempt(client, request, settings).pipe(Scope.extend(scope))
+          while (true) {
+            const [chunk, done] = yield* events.takeAll
             let content = false
-            for (const event of result.value) {
+            for (const event of chunk) {
               held.push(event)
               if (event._tag !== "Start") content = true
             }
-            if (content) {
-              primed = "primed"
-              break
-            }
-            continue
+            if (content) return done ? Stream.fromIterable(held) : Stream.concat(Stream.fromIterable(held), Mailbox.toStream(events))
+            if (done) return Stream.fromIterable(held)
           }
-          const failure = Cause.failureOption(result.cause)
-          if (Option.isSome(failure) && Option.isSome(failure.value)) {
-            primed = failure.value.value
-          } else if (Option.isSome(failure)) {
-            primed = "ended"
-          } else {
-            return yield* Effect.failCause(result.cause as Cause.Cause<never>)
-          }
-          break
-        }
-        if (primed === "primed" || primed === "ended") {
-          return Stream.fromIterable(held).pipe(
-            Stream.concat(primed === "primed" ? Stream.repeatEffectChunkOption(pull) : Stream.empty)
-          )
-        }
-        const error = primed
+        }).pipe(Effect.either)
+        if (Either.isRight(primed)) return primed.right
+        const error = primed.left
         yield* Scope.close(scope, Exit.void)
         if (!error.retryable || retry >= settings.maxRetries) return yield* error
         const delay = yield* retryDelay(error, retry, settings)
