@@ -5,6 +5,7 @@
  */
 import { Effect } from "effect"
 import * as Ack from "./ack.js"
+import * as Cost from "./cost.js"
 import * as Latency from "./latency.js"
 import * as Memory from "./memory.js"
 import * as Sse from "./sse.js"
@@ -17,7 +18,8 @@ const benches: Record<string, () => Promise<string>> = {
   latency: async () => (await Latency.run()).markdown,
   throughput: async () => (await Throughput.run()).markdown,
   ack: async () => (await Ack.run()).markdown,
-  memory: async () => (await Memory.run()).markdown
+  memory: async () => (await Memory.run()).markdown,
+  cost: async () => (await Cost.run()).markdown
 }
 
 const wanted = process.argv.slice(2)

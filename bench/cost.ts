@@ -1,0 +1,91 @@
+/**
+ * Server CPU per unit of work: what saturates the server first, and so what the latency and
+ * acknowledgement figures under 200 streams are made of. No budget in DESIGN.md §9 names these
+ * directly; they explain the ones that do.
+ *
+ * The server runs alone in a child process (precompiled, as `npm start` runs it); its CPU time
+ * (user + system, all threads, from /proc) is read around each round. After a warm-up round:
+ *
+ * - a turn: `turns` conversations at once, each one short turn (3 unpaced deltas): RunSSE,
+ *   the run request append, two commits, the model call, the checkpoint and its blob
+ *   acknowledgements. CPU per turn = round CPU / turns.
+ * - a paced delta: `streams` turns of `pacedDeltas` deltas 5-20 ms apart, so that nearly every
+ *   network read carries one delta (as a model streaming tokens). CPU per delta = (round CPU
+ *   − streams × CPU per turn) / deltas.
+ * - an unpaced delta: 4 turns of 5,000 deltas written back to back, so that a read carries
+ *   hundreds of deltas (the throughput bench's shape).
+ *
+ *   node_modules/.bin/tsx bench/cost.ts [runs]
+ */
+import { pathToFileURL } from "node:url"
+import { startServer } from "./support/child.js"
+import * as Provider from "./support/provider.js"
+import { loadAverage, median, spread } from "./support/stats.js"
+import { concurrently, serverStream } from "./support/streams.js"
+
+export interface CostOptions {
+  readonly runs?: number
+  readonly turns?: number
+  readonly streams?: number
+  readonly pacedDeltas?: number
+}
+
+export const run = async (options: CostOptions = {}) => {
+  const runs = options.runs ?? 3
+  const turns = options.turns ?? 50
+  const streams = options.streams ?? 50
+  const pacedDeltas = options.pacedDeltas ?? 200
+  const loadBefore = loadAverage()
+  const provider = await Provider.start()
+  const server = await startServer(provider.baseUrl)
+  let sequence = 0
+  const problems: Array<string> = []
+  const round = async (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number) => {
+    const cpuStart = server.cpuSeconds()
+    const results = await concurrently(count, staggerMs, () =>
+      serverStream(server.baseUrl, provider, { id: `c${sequence++}`, deltas, minMs, maxMs }))
+    problems.push(...results.flatMap((r) => r.problems))
+    provider.reset()
+    return { cpuMs: (server.cpuSeconds() - cpuStart) * 1000, deltas: results.reduce((n, r) => n + r.deltas, 0) }
+  }
+  const perTurn: Array<number> = []
+  const perPaced: Array<number> = []
+  const perUnpaced: Array<number> = []
+  try {
+    await round(turns, 3, 0, 0, 100)
+    for (let r = 0; r < runs; r++) {
+      const turn = (await round(turns, 3, 0, 0, 100)).cpuMs / turns
+      perTurn.push(turn)
+      const paced = await round(streams, pacedDeltas, 5, 20, 100)
+      perPaced.push(((paced.cpuMs - streams * turn) * 1000) / paced.deltas)
+      const unpaced = await round(4, 5_000, 0, 0, 0)
+      perUnpaced.push(((unpaced.cpuMs - 4 * turn) * 1000) / unpaced.deltas)
+    }
+  } finally {
+    await server.dispose()
+    await provider.close()
+  }
+  const loadAfter = loadAverage()
+  const pacedUs = median(perPaced)
+  const markdown = [
+    `Server CPU (all threads) per unit of work, ${runs} runs, median (min–max). Server alone in a child process, precompiled. Load average before: ${loadBefore}, after: ${loadAfter}.`,
+    "",
+    "| unit | server CPU |",
+    "| --- | ---: |",
+    `| one short turn (${turns} at once; setup, 2 commits, model call, checkpoint, blob acks) | ${spread(perTurn, 1)} ms |`,
+    `| one delta, paced 5–20 ms (about one delta per network read; ${streams} streams) | ${spread(perPaced, 0)} µs |`,
+    `| one delta, unpaced (hundreds per network read; 4 streams × 5,000) | ${spread(perUnpaced, 0)} µs |`,
+    "",
+    `At ${pacedUs.toFixed(0)} µs per paced delta one core carries about ${Math.round(1e6 / pacedUs / 1000 * 10) / 10}k paced deltas/s; 200 streams at 5–20 ms ask for about 16k/s.`,
+    ...(problems.length > 0 ? [`\n${problems.length} problems, e.g. ${problems.slice(0, 3).join("; ")}`] : [])
+  ].join("\n")
+  return { perTurn, perPaced, perUnpaced, markdown }
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const runs = process.argv[2] !== undefined ? Number(process.argv[2]) : undefined
+  run(runs !== undefined ? { runs } : {}).then(({ markdown }) => console.log(markdown)).catch((error) => {
+    console.error(error)
+    process.exitCode = 1
+  })
+}
