@@ -485,12 +485,17 @@ export const turnUserMessageOf = (
     if (message.role !== "user") break
     typed = message
   }
-  const messageId = settings.options[USER_MESSAGE_ID]
   return {
     text: (typed?.content ?? []).flatMap((block) => (block.type === "text" ? [block.text] : [])).join(""),
-    messageId: typeof messageId === "string" ? messageId : "",
+    messageId: userMessageIdOf(settings),
     mode: modeOfSettings(settings)
   }
+}
+
+/** The id of the Cursor user message whose run request started the turn (`""` when it had none), from the settings. */
+export const userMessageIdOf = (settings: TurnSettings): string => {
+  const messageId = settings.options[USER_MESSAGE_ID]
+  return typeof messageId === "string" ? messageId : ""
 }
 
 /** The MCP tools a run request offered, from `TurnSettings.options` (where `decodeRunRequest` put them). */

@@ -76,7 +76,7 @@ export class ClientGateway extends Context.Tag("cursor-byok/ClientGateway")<Clie
   readonly dispatch: (turn: TurnRef, operation: DispatchedOperation) => Effect.Effect<void>
   /** Stops the turn's client operations (a cancel). */
   readonly abort: (turn: TurnRef) => Effect.Effect<void>
-  /** The turn is over: send what ends it (usage, checkpoint, end of stream). */
+  /** The turn is over: send what ends it (usage, checkpoint, end of stream); `usage` sums the turn's committed answers (`turnUsageOf`). */
   readonly finish: (
     turn: TurnRef,
     outcome: TurnOutcome,
@@ -184,8 +184,6 @@ export const make = (options: RunnerOptions) =>
     const llmStreams = yield* FiberMap.make<string>()
     const actorFibers = yield* FiberMap.make<Actor>()
     const actors = new Map<string, Actor>()
-    // Usage summed over each running turn's model calls, by turn id (kept across actors; memory only).
-    const turnUsage = new Map<string, Usage>()
 
     // -------------------------------------------------------------------------
     // One input through the loop
@@ -289,8 +287,6 @@ export const make = (options: RunnerOptions) =>
           remember(t.state.committed, version)
         }
         if (input._tag === "LlmEvent" && input.event._tag === "Done" && acc.runtime.committed.activeCallId === input.callId) {
-          const turnId = acc.runtime.committed.turnId
-          turnUsage.set(turnId, addUsage(turnUsage.get(turnId) ?? emptyUsage, input.event.message.usage))
           yield* Metrics.countTokens(input.event.message.usage)
         }
         if (input._tag === "LlmEvent" && input.event._tag === "Error" && acc.runtime.committed.activeCallId === input.callId) {
@@ -315,7 +311,7 @@ export const make = (options: RunnerOptions) =>
                 turnRefOf(state),
                 Command.Failed({ error: `The server could not save the conversation: ${error.message}`, retryable: false }),
                 state,
-                takeUsage(state.turnId)
+                turnUsageOf(state)
               )
             }
             return acc
@@ -359,7 +355,7 @@ export const make = (options: RunnerOptions) =>
         ? Effect.gen(function*() {
           yield* FiberMap.remove(llmStreams, before.conversationId)
           yield* gateway.abort(turnRefOf(before))
-          yield* gateway.finish(turnRefOf(before), Command.Canceled({ reason: "superseded by a new turn" }), after, takeUsage(before.turnId))
+          yield* gateway.finish(turnRefOf(before), Command.Canceled({ reason: "superseded by a new turn" }), after, turnUsageOf(before))
         })
         : Effect.void
 
@@ -391,15 +387,10 @@ export const make = (options: RunnerOptions) =>
         const turn = turnRefOf(acc.runtime.committed)
         yield* Metric.increment(Metric.tagged(Metrics.turnsFinished, "outcome", outcome._tag === "Final" ? outcome.reason : outcome._tag.toLowerCase()))
         if (outcome._tag === "Canceled") yield* gateway.abort(turn)
-        yield* gateway.finish(turn, outcome, acc.runtime.committed, takeUsage(turn.turnId))
+        // From the committed answers, once: a turn recovered after a restart counts the calls the previous process made too.
+        yield* gateway.finish(turn, outcome, acc.runtime.committed, turnUsageOf(acc.runtime.committed))
         return acc
       })
-
-    const takeUsage = (turnId: string): Usage => {
-      const usage = turnUsage.get(turnId) ?? emptyUsage
-      turnUsage.delete(turnId)
-      return usage
-    }
 
     /** Streams a model call into the actor's mailbox; the call was saved (planned) by the commit before this. */
     const startModelCall = (actor: Actor, call: Extract<Command, { _tag: "CallLlm" }>) =>
@@ -656,9 +647,19 @@ const derivedInputId = (state: ConversationState, input: Input): string =>
     ? `${input.callId}:${input.event._tag}`
     : `${state.turnId}:${input._tag}:${state.messages.length}`
 
-/** Usage summed over the answers committed in the state's current turn (what `finish` is given for it). */
-export const turnUsageOf = (state: ConversationState): Usage =>
-  state.messages.slice(state.turnStart).reduce((sum, message) => message.role === "assistant" ? addUsage(sum, message.usage) : sum, emptyUsage)
+/**
+ * Usage summed over the answers committed in the state's current turn: what `finish` is given
+ * for it, whichever process made its model calls (every committed answer records its usage, and
+ * only the answer in a call's Done is committed). Computed once, when the turn ends.
+ */
+export const turnUsageOf = (state: ConversationState): Usage => {
+  let sum = emptyUsage
+  for (let index = state.turnStart; index < state.messages.length; index++) {
+    const message = state.messages[index]!
+    if (message.role === "assistant") sum = addUsage(sum, message.usage)
+  }
+  return sum
+}
 
 /**
  * How the state's current turn ended, when it is over, from what is committed: the status says

@@ -28,7 +28,7 @@ import { ClientGateway, Runner } from "./Runner.js"
 import type { DispatchedOperation, StartedTurn, TurnOutcome, TurnRef } from "./Runner.js"
 import * as Tools from "./Tools.js"
 import type { ToolRun, ToolStep } from "./Tools.js"
-import { emptyInbox, offer } from "./transport/AppendInbox.js"
+import { emptyInbox, holdUnstarted, offer } from "./transport/AppendInbox.js"
 import type { AppendInbox } from "./transport/AppendInbox.js"
 import { ConnectError, decodeUnaryBody, endStreamFrame, envelope, httpStatusOf, parseEnvelopes } from "./transport/Connect.js"
 import { makeTurnChannel } from "./transport/TurnChannel.js"
@@ -43,7 +43,10 @@ export interface TransportOptions {
   readonly heartbeatMs: number
   readonly bidiAppendMaxBytes: number
   readonly runSseMaxBytes: number
-  /** How far ahead of the next expected seqno an append may be held. */
+  /**
+   * How far ahead of the next expected seqno an append may be held (for a request with no turn
+   * in this process, past 0 only when the store knows the request: see `startedTurnBefore`).
+   */
   readonly appendWindow: number
   /** How long the end of a turn waits for the client to acknowledge the checkpoint's blobs. */
   readonly blobAckTimeoutMs: number
@@ -95,7 +98,8 @@ interface Session {
    * Tells this request's turns apart in input ids: the IDE reuses a request id for a new turn,
    * so `requestId:seqno` alone would make the runner skip the new turn as already applied.
    * The run request's user message id when there is one (stable across redeliveries and
-   * restarts), else a per-process generation.
+   * restarts; a turn recovered after a restart takes it from the turn's settings), else a
+   * per-process generation.
    */
   turnKey: string
   channel: TurnChannel
@@ -126,6 +130,12 @@ interface Session {
   replaying: boolean
   /** When the sweep last asked the store about this request (a RunSSE waiting on a turn not resumed yet). */
   storeCheckedAtMs: number | undefined
+  /**
+   * The store says this request started a turn (in an earlier process): its client's appends,
+   * numbered on from there, are held past the window until the turn says where the inbox
+   * starts (see `startedTurnBefore`).
+   */
+  knownToStore: boolean
   readonly createdAtMs: number
   lastActivityMs: number
   finishedAtMs: number | undefined
@@ -184,6 +194,7 @@ export const make = (options: TransportOptions) =>
         runnerSpoke: false,
         replaying: false,
         storeCheckedAtMs: undefined,
+        knownToStore: false,
         createdAtMs: at,
         lastActivityMs: at,
         finishedAtMs: undefined
@@ -207,8 +218,15 @@ export const make = (options: TransportOptions) =>
     const turnSession = (turn: TurnRef): Effect.Effect<Session> =>
       Effect.gen(function*() {
         const session = yield* sessionFor(requestIdOf(turn))
-        // A turn recovered after a restart: its todos start from what the run request's checkpoint held.
-        if (!session.runnerSpoke && session.run === undefined) session.todos = Dialect.todosOf(Dialect.carriedCheckpointOf(turn.settings))
+        if (!session.runnerSpoke && session.run === undefined) {
+          // A turn recovered after a restart: its todos start from what the run request's checkpoint
+          // held; the client's follow-ups and cancels go to its conversation, under the input ids
+          // the previous process gave them (`inputIdOf`), so one it applied already is skipped.
+          session.todos = Dialect.todosOf(Dialect.carriedCheckpointOf(turn.settings))
+          session.conversationId = turn.conversationId
+          const userMessageId = Dialect.userMessageIdOf(turn.settings)
+          if (userMessageId !== "") session.turnKey = userMessageId
+        }
         session.runnerSpoke = true
         if (session.run === undefined && session.inbox.next === 0) {
           if (session.inbox.held.size === 0) session.adopted = true
@@ -559,6 +577,29 @@ export const make = (options: TransportOptions) =>
         return true
       })
 
+    /**
+     * APPENDS NUMBERED PAST THE WINDOW AFTER A RESTART. An append for a request this process has
+     * no turn for is refused when its seqno is `appendWindow` or more past 0, so that forged
+     * seqnos cannot make the server hold memory. But a long turn's client numbers on from the
+     * previous process: after a restart it re-sends its unacknowledged appends far past 0, and
+     * may do so before the recovered turn speaks (which starts the inbox where the client is,
+     * `adoptHeld`). Such an append is held when the store says the request started a turn (the
+     * request's input ids, `<request id>/<turn key>:<seqno>`): as for any held append, the turn
+     * it belongs to decides (adopted and handed on in order, or dropped by a replayed end).
+     * Asked only for an append past the window with no turn of the request in this process (the
+     * normal path never asks), once per session when the answer is yes; an unknown request is
+     * still refused (`out_of_range`) and leaves nothing behind.
+     */
+    const startedTurnBefore = (requestId: string) =>
+      Effect.flatMap(Deferred.await(runnerReady), (runner) =>
+        runner.findStartedTurn(`${requestId}/`, (inputId) => parseInputId(requestId, inputId) !== undefined)).pipe(Effect.map(Option.isSome))
+
+    const unknownRequestFarAhead = (requestId: string, seqno: number) =>
+      new ConnectError(
+        "out_of_range",
+        `append_seqno ${seqno} is more than ${options.appendWindow} ahead of the next expected 0 for request ${requestId}, which started no turn known to this server`
+      )
+
     // -------------------------------------------------------------------------
     // Endpoints
     // -------------------------------------------------------------------------
@@ -583,14 +624,11 @@ export const make = (options: TransportOptions) =>
         const message: ClientMessage = Either.isRight(decoded)
           ? decoded.right.message
           : Dialect.ClientMessage.Unknown({ where: "undecodable append", fields: [] })
-        // A first append far ahead of seqno 0 is refused before it can create a session.
-        if (!sessions.has(requestId) && seqno >= options.appendWindow) {
-          return yield* Effect.fail(new ConnectError(
-            "out_of_range",
-            `append_seqno ${seqno} is more than ${options.appendWindow} ahead of the next expected 0 for request ${requestId}`
-          ))
-        }
+        // A first append far ahead of seqno 0 creates no session, unless the store knows the request (a restart).
+        const farAheadOfNew = !sessions.has(requestId) && seqno >= options.appendWindow
+        if (farAheadOfNew && !(yield* startedTurnBefore(requestId))) return yield* Effect.fail(unknownRequestFarAhead(requestId, seqno))
         let session = yield* sessionFor(requestId)
+        if (farAheadOfNew) session.knownToStore = true
         const durable: Array<Effect.Effect<void>> = []
         yield* session.lock.withPermits(1)(Effect.gen(function*() {
           let newTurn = false
@@ -614,7 +652,20 @@ export const make = (options: TransportOptions) =>
             if (seqno > 0 && session.inbox.next === 0 && session.inbox.held.size === 0) session.inbox = emptyInbox(seqno)
             session.adopted = false
           }
-          const offered = offer(session.inbox, seqno, { seqno, message }, options.appendWindow)
+          const item = { seqno, message }
+          let offered = offer(session.inbox, seqno, item, options.appendWindow)
+          if (offered.verdict === "outOfRange" && unresolved(session) && session.inbox.next === 0) {
+            // Nothing handed on, no turn of the request in this process: a client re-sending after a restart?
+            if (!session.knownToStore) session.knownToStore = yield* startedTurnBefore(requestId)
+            if (!session.knownToStore) return yield* Effect.fail(unknownRequestFarAhead(requestId, seqno))
+            offered = holdUnstarted(session.inbox, seqno, item, options.appendWindow)
+            if (offered.verdict === "outOfRange") {
+              return yield* Effect.fail(new ConnectError(
+                "out_of_range",
+                `append_seqno ${seqno} is ${options.appendWindow} or more away from the appends held for request ${requestId} (a turn started before a restart)`
+              ))
+            }
+          }
           if (offered.verdict === "outOfRange") {
             return yield* Effect.fail(new ConnectError(
               "out_of_range",

@@ -209,6 +209,41 @@ describe("Runner recovery", () => {
       assert.strictEqual(saved.status, "committed")
     }))
 
+  it.scoped("a turn whose model call a restart interrupted reports the usage of all its committed model calls, those before the restart included", () =>
+    Effect.gen(function*() {
+      const database = yield* withDatabase
+      const toolAnswer = assistant([call("t1", "read")], "toolUse", usage(3, 2))
+      // Call 1 (a tool call) is committed and its result applied; call 2 is in flight when the process goes.
+      yield* lifetime(Effect.gen(function*() {
+        const { llm, runner } = yield* harness([
+          { _tag: "Events", events: answerEvents(toolAnswer) },
+          { _tag: "Stall", events: [{ _tag: "Start" }] }
+        ], undefined, database)
+        yield* runner.submit("conv", start("read a.ts"), "r1:0")
+        yield* Effect.repeat(Ref.get(llm.calls), { until: (calls) => calls.length === 2 })
+      }))
+      const { gateway, runner, store } = yield* harness([text("a.ts has 3 lines", usage(11, 7))], undefined, database)
+      assert.strictEqual((yield* runner.recover).llmCallsReissued, 1)
+      yield* gateway.finishedAtLeast(1)
+      assert.deepStrictEqual(gateway.log.finished[0]!.usage, usage(14, 9))
+      assert.deepStrictEqual((yield* history(store, "conv")).messages.map((m) => m.role), ["user", "assistant", "toolResult", "assistant"])
+    }))
+
+  it.scoped("a turn whose tool call a restart interrupted reports the usage of the call before the restart and the one after", () =>
+    Effect.gen(function*() {
+      const database = yield* withDatabase
+      const toolAnswer = assistant([call("t1", "read")], "toolUse", usage(3, 2))
+      yield* lifetime(Effect.gen(function*() {
+        const { gateway, runner } = yield* harness([{ _tag: "Events", events: answerEvents(toolAnswer) }], () => null, database)
+        yield* runner.submit("conv", start("read a.ts"), "r1:0")
+        yield* Effect.repeat(Effect.sync(() => gateway.log.dispatched.length), { until: (n) => n === 1 })
+      }))
+      const { gateway, runner } = yield* harness([text("a.ts has 3 lines", usage(11, 7))], undefined, database)
+      assert.strictEqual((yield* runner.recover).operationsResent, 1)
+      yield* gateway.finishedAtLeast(1)
+      assert.deepStrictEqual(gateway.log.finished[0]!.usage, usage(14, 9))
+    }))
+
   const crashWhileToolRuns = (tool: ToolCall) =>
     Effect.gen(function*() {
       const database = yield* withDatabase

@@ -60,3 +60,24 @@ export const offer = <A>(inbox: AppendInbox<A>, seqno: number, item: A, window: 
   }
   return { inbox: { next, held }, verdict: "delivered", ready }
 }
+
+/**
+ * Holds the append numbered `seqno` in an inbox that has handed nothing on and whose first
+ * seqno is not known yet: a turn an earlier process started, whose client numbers on from
+ * where that process left off, before the turn says where the inbox starts (the transport's
+ * `adoptHeld`). Bounded like `offer`: the held appends span fewer than `window` seqnos.
+ */
+export const holdUnstarted = <A>(inbox: AppendInbox<A>, seqno: number, item: A, window: number): Offered<A> => {
+  if (!Number.isSafeInteger(seqno) || seqno < 0) return { inbox, verdict: "outOfRange", ready: [] }
+  if (seqno < inbox.next || inbox.held.has(seqno)) return { inbox, verdict: "duplicate", ready: [] }
+  let lowest = seqno
+  let highest = seqno
+  for (const held of inbox.held.keys()) {
+    if (held < lowest) lowest = held
+    if (held > highest) highest = held
+  }
+  if (highest - lowest >= window) return { inbox, verdict: "outOfRange", ready: [] }
+  const held = new Map(inbox.held)
+  held.set(seqno, item)
+  return { inbox: { next: inbox.next, held }, verdict: "held", ready: [] }
+}

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { FastCheck as fc } from "effect"
-import { emptyInbox, offer } from "../../src/transport/AppendInbox.js"
+import { emptyInbox, holdUnstarted, offer } from "../../src/transport/AppendInbox.js"
 import type { AppendInbox } from "../../src/transport/AppendInbox.js"
 
 const WINDOW = 64
@@ -69,5 +69,32 @@ describe("AppendInbox", () => {
       assert.strictEqual(result.verdict, "outOfRange", `seqno ${seqno}`)
       assert.strictEqual(result.inbox, inbox)
     }
+  })
+
+  it("an inbox not started yet holds appends far past 0 while they span fewer than the window; a start at the lowest hands them on in order", () => {
+    let inbox = emptyInbox<number>()
+    for (const seqno of [5_002, 5_000, 5_001, 5_004]) {
+      const held = holdUnstarted(inbox, seqno, seqno, WINDOW)
+      assert.strictEqual(held.verdict, "held", `seqno ${seqno}`)
+      assert.deepStrictEqual(held.ready, [])
+      inbox = held.inbox
+    }
+    assert.strictEqual(holdUnstarted(inbox, 5_001, 5_001, WINDOW).verdict, "duplicate")
+    for (const seqno of [5_000 + WINDOW, 5_004 - WINDOW, -1, 1.5, 2 ** 60]) {
+      const refused = holdUnstarted(inbox, seqno, seqno, WINDOW)
+      assert.strictEqual(refused.verdict, "outOfRange", `seqno ${seqno}`)
+      assert.strictEqual(refused.inbox, inbox)
+    }
+    assert.strictEqual(inbox.next, 0)
+    // What the transport does once the recovered turn speaks (`adoptHeld`): start at the lowest held seqno.
+    let started: AppendInbox<number> = emptyInbox(5_000)
+    const handedOn: Array<number> = []
+    for (const [seqno, item] of [...inbox.held.entries()].sort(([a], [b]) => a - b)) {
+      const offered = offer(started, seqno, item, WINDOW)
+      started = offered.inbox
+      handedOn.push(...offered.ready)
+    }
+    assert.deepStrictEqual(handedOn, [5_000, 5_001, 5_002])
+    assert.deepStrictEqual([...started.held.keys()], [5_004])
   })
 })

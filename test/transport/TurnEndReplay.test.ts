@@ -11,30 +11,27 @@
  *
  * Every wait is bounded (the client's timeouts); no test asserts a duration.
  */
-import { fromBinary, toBinary } from "@bufbuild/protobuf"
+import { toBinary } from "@bufbuild/protobuf"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Option, Scope } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
-import * as http from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Dialect from "../../src/Dialect.js"
-import { AgentServerMessageSchema, ConversationStateStructureSchema } from "../../src/gen/agent/v1/agent_pb.js"
-import type { AgentServerMessage, ConversationStateStructure } from "../../src/gen/agent/v1/agent_pb.js"
+import { ConversationStateStructureSchema } from "../../src/gen/agent/v1/agent_pb.js"
+import type { ConversationStateStructure } from "../../src/gen/agent/v1/agent_pb.js"
 import * as Store from "../../src/Store.js"
 import {
   cancelAction,
   CursorClient,
-  frameEvent,
   runRequestMessage,
-  runSseBody,
-  sha256Hex,
   toHex,
   userMessageAction
 } from "../support/CursorClient.js"
 import type { FrameEvent, RunRequestSpec, Transcript } from "../support/CursorClient.js"
 import { providerDown, text, usage } from "../support/FakeRuntime.js"
 import type { Script } from "../support/FakeRuntime.js"
+import { reattach } from "../support/Reattach.js"
 import * as ServerHarness from "../support/ServerHarness.js"
 import { assertCleanOk, clientFor } from "../support/Transcripts.js"
 
@@ -86,94 +83,6 @@ const lastCheckpoint = (transcript: Transcript): ConversationStateStructure => {
 }
 
 const bytesOf = (checkpoint: ConversationStateStructure) => toHex(toBinary(ConversationStateStructureSchema, checkpoint))
-
-// -----------------------------------------------------------------------------
-// A reconnecting RunSSE (no run request), as Cursor reopens it after a broken stream
-// -----------------------------------------------------------------------------
-
-interface Reattached {
-  readonly events: ReadonlyArray<FrameEvent>
-  readonly checkpoints: ReadonlyArray<ConversationStateStructure>
-  readonly end: Dialect.EndStream | undefined
-  /** Blobs stored by `set_blob`, by hex id. */
-  readonly blobs: ReadonlyMap<string, Uint8Array>
-  readonly problems: ReadonlyArray<string>
-}
-
-/**
- * Opens RunSSE for `requestId` and reads it to its end-stream (or `timeoutMs`), acknowledging each
- * `set_blob` with an append numbered on from `firstSeqno`, as the client's numbering goes on.
- */
-const reattach = (client: CursorClient, requestId: string, firstSeqno: number, timeoutMs = 15_000): Promise<Reattached> =>
-  new Promise((resolve) => {
-    const url = new URL(client.options.baseUrl)
-    const events: Array<FrameEvent> = []
-    const checkpoints: Array<ConversationStateStructure> = []
-    const blobs = new Map<string, Uint8Array>()
-    const problems: Array<string> = []
-    const acks: Array<Promise<void>> = []
-    let end: Dialect.EndStream | undefined
-    let seqno = firstSeqno
-    let settled = false
-    const settle = (problem?: string) => {
-      if (settled) return
-      settled = true
-      clearTimeout(timer)
-      request.destroy()
-      if (problem !== undefined) problems.push(problem)
-      void Promise.allSettled(acks).then(() => resolve({ events, checkpoints, end, blobs, problems }))
-    }
-    const timer = setTimeout(() => settle(`no end-stream within ${timeoutMs} ms`), timeoutMs)
-    const onMessage = (message: AgentServerMessage) => {
-      const event = frameEvent(message)
-      if (event.kind !== "heartbeat") events.push(event)
-      const m = message.message
-      if (m.case === "conversationCheckpointUpdate") checkpoints.push(m.value)
-      if (m.case === "kvServerMessage" && m.value.message.case === "setBlobArgs") {
-        const { blobData, blobId } = m.value.message.value
-        if (toHex(blobId) !== sha256Hex(blobData)) problems.push(`blob ${toHex(blobId)} is not the SHA-256 of its data`)
-        blobs.set(toHex(blobId), blobData)
-        const kvId = m.value.id
-        acks.push(client.append(requestId, seqno++, { message: { case: "kvClientMessage", value: { id: kvId, message: { case: "setBlobResult", value: {} } } } })
-          .then((response) => {
-            if (response.status !== 200) problems.push(`the set_blob acknowledgement ${kvId} answered ${response.status}`)
-          }, (error: Error) => void problems.push(`the set_blob acknowledgement ${kvId} failed: ${error.message}`)))
-      }
-    }
-    const body = runSseBody(requestId)
-    const request = http.request({
-      host: url.hostname,
-      port: url.port,
-      path: "/agent.v1.AgentService/RunSSE",
-      method: "POST",
-      agent: false,
-      headers: { "content-type": "application/connect+proto", "connect-protocol-version": "1", "x-request-id": requestId, "content-length": String(body.length) }
-    }, (response) => {
-      let buffer = Buffer.alloc(0)
-      response.on("data", (chunk: Buffer) => {
-        buffer = Buffer.concat([buffer, chunk])
-        while (buffer.length >= 5 && !settled) {
-          const length = buffer.readUInt32BE(1)
-          if (buffer.length < 5 + length) break
-          const flags = buffer[0]!
-          const payload = new Uint8Array(buffer.subarray(5, 5 + length))
-          buffer = buffer.subarray(5 + length)
-          if ((flags & 0x02) !== 0) {
-            const decoded = Dialect.decodeEndStream(payload)
-            if (decoded._tag === "Right") end = decoded.right
-            else problems.push(`bad end-stream: ${decoded.left.message}`)
-            settle()
-            return
-          }
-          onMessage(fromBinary(AgentServerMessageSchema, payload))
-        }
-      })
-      response.on("end", () => settle("RunSSE ended without an end-stream frame"))
-      response.on("error", () => settle("RunSSE broke"))
-    })
-    request.on("error", (error) => settle(`RunSSE failed: ${error.message}`))
-    request.end(body)
-  })
 
 const kindsOf = (events: ReadonlyArray<FrameEvent>) => events.map((e) => e.kind).filter((kind, i, all) => i === 0 || all[i - 1] !== kind)
 
