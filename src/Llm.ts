@@ -203,6 +203,30 @@ export const ResponseEvent = Schema.Union(
 )
 export type ResponseEvent = typeof ResponseEvent.Type
 
+/**
+ * Adjacent deltas of the same kind and block joined into one (their texts concatenated):
+ * the same content in fewer events. Used for events that arrived together (one network read),
+ * so nothing is held back; any other event ends a run.
+ */
+export const coalesceDeltas = (events: ReadonlyArray<ResponseEvent>): ReadonlyArray<ResponseEvent> => {
+  if (events.length < 2) return events
+  const out: Array<ResponseEvent> = []
+  for (const event of events) {
+    const previous = out[out.length - 1]
+    if (
+      previous !== undefined &&
+      (event._tag === "TextDelta" || event._tag === "ThinkingDelta" || event._tag === "ToolCallDelta") &&
+      previous._tag === event._tag &&
+      previous.index === event.index
+    ) {
+      out[out.length - 1] = { ...previous, delta: previous.delta + event.delta }
+    } else {
+      out.push(event)
+    }
+  }
+  return out
+}
+
 // =============================================================================
 // Errors
 // =============================================================================

@@ -15,7 +15,7 @@
  */
 import { Chunk, Clock, Context, Data, Deferred, Effect, Exit, FiberMap, Layer, Mailbox, Metric, Option, Stream } from "effect"
 import type { Duration } from "effect"
-import { addUsage, emptyUsage, Llm, messageHash, requestHash } from "./Llm.js"
+import { addUsage, coalesceDeltas, emptyUsage, Llm, messageHash, requestHash } from "./Llm.js"
 import type { AssistantMessage, ResponseEvent, ToolCall, ToolResultMessage, Usage } from "./Llm.js"
 import { callIdOf, Command, initialRuntime, Input, isBusy, makeTransition } from "./Loop.js"
 import type { ConversationState, Policy, RuntimeState, Transition, TurnSettings } from "./Loop.js"
@@ -332,7 +332,8 @@ export const make = (options: RunnerOptions) =>
           if (emitted.length === 0) return Effect.void
           const batch = emitted
           emitted = []
-          return gateway.publish(turnRefOf(current.runtime.committed), callId, batch)
+          // A read's deltas leave as one event per run of the same block: fewer frames, same text.
+          return gateway.publish(turnRefOf(current.runtime.committed), callId, coalesceDeltas(batch))
         })
         for (const event of events) {
           const input = Input.LlmEvent({ callId, event })

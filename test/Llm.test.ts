@@ -2,6 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, FastCheck as fc, Schema } from "effect"
 import { createHash } from "node:crypto"
 import {
+  coalesceDeltas,
   canonicalJson,
   emptyMessagesHash,
   extendMessagesHash,
@@ -114,5 +115,61 @@ describe("Llm: schemas", () => {
     const error = new LlmError({ reason: "rateLimited", message: "slow down", retryable: true, retryAfterMs: 2000 })
     assert.strictEqual(error._tag, "LlmError")
     assert.strictEqual(error.retryAfterMs, 2000)
+  })
+})
+
+describe("Llm: coalesceDeltas", () => {
+  const kinds = ["TextDelta", "ThinkingDelta", "ToolCallDelta"] as const
+  const eventArb: fc.Arbitrary<ResponseEvent> = fc.oneof(
+    fc.record({ _tag: fc.constantFrom(...kinds), index: fc.integer({ min: 0, max: 2 }), delta: fc.string({ maxLength: 4 }) }),
+    fc.record({ _tag: fc.constant("TextStart" as const), index: fc.integer({ min: 0, max: 2 }) }),
+    fc.record({ _tag: fc.constant("TextEnd" as const), index: fc.integer({ min: 0, max: 2 }) })
+  )
+  /** Per (kind, index): the concatenated text, and the order in which non-delta events and block switches happen. */
+  const textOf = (events: ReadonlyArray<ResponseEvent>) => {
+    const texts = new Map<string, string>()
+    for (const e of events) if ("delta" in e) texts.set(`${e._tag}/${e.index}`, (texts.get(`${e._tag}/${e.index}`) ?? "") + e.delta)
+    return texts
+  }
+  const skeleton = (events: ReadonlyArray<ResponseEvent>) => {
+    const out: Array<string> = []
+    for (const e of events) {
+      const key = "delta" in e ? `${e._tag}/${e.index}` : `${e._tag}/${"index" in e ? e.index : ""}!`
+      if (out[out.length - 1] !== key || key.endsWith("!")) out.push(key)
+    }
+    return out
+  }
+
+  it("joins runs of the same delta kind and block, keeps everything else and the order", () => {
+    const events: Array<ResponseEvent> = [
+      { _tag: "TextStart", index: 0 },
+      { _tag: "TextDelta", index: 0, delta: "a" },
+      { _tag: "TextDelta", index: 0, delta: "b" },
+      { _tag: "ThinkingDelta", index: 1, delta: "x" },
+      { _tag: "TextDelta", index: 0, delta: "c" },
+      { _tag: "TextEnd", index: 0 },
+      { _tag: "ToolCallDelta", index: 2, delta: "{" },
+      { _tag: "ToolCallDelta", index: 2, delta: "}" }
+    ]
+    assert.deepStrictEqual(coalesceDeltas(events), [
+      { _tag: "TextStart", index: 0 },
+      { _tag: "TextDelta", index: 0, delta: "ab" },
+      { _tag: "ThinkingDelta", index: 1, delta: "x" },
+      { _tag: "TextDelta", index: 0, delta: "c" },
+      { _tag: "TextEnd", index: 0 },
+      { _tag: "ToolCallDelta", index: 2, delta: "{}" }
+    ])
+  })
+
+  it("property: same text per block, same sequence of blocks and other events, never two adjacent joinable deltas", () => {
+    fc.assert(fc.property(fc.array(eventArb, { maxLength: 40 }), (events) => {
+      const joined = coalesceDeltas(events)
+      assert.deepStrictEqual(textOf(joined), textOf(events))
+      assert.deepStrictEqual(skeleton(joined), skeleton(events))
+      for (let i = 1; i < joined.length; i++) {
+        const a = joined[i - 1]!, b = joined[i]!
+        assert.isFalse("delta" in a && "delta" in b && a._tag === b._tag && a.index === b.index)
+      }
+    }), { numRuns: 300 })
   })
 })
