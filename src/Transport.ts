@@ -2,10 +2,11 @@
  * Cursor's agent transport in its HTTP/1.1 mode, over Connect: `RunSSE` streams a request's
  * server messages, `BidiAppend` carries the client's messages one POST at a time.
  *
- * Each request id (one Cursor turn) has a session: an ordered inbox for its appends (answered
- * at once, handed on in `append_seqno` order), a turn channel for its output (with a backlog
- * so a reconnecting RunSSE gets everything), and the protocol correlation the Dialect threads
- * (exec ids, KV ids, tool call ids). Decoded client messages become loop inputs for the
+ * Each request id (one Cursor turn) has a session: an ordered inbox for its appends (handed
+ * on in `append_seqno` order, each acknowledged once it is handed on and the input it carries
+ * is committed: the rule at `ACKNOWLEDGING AN APPEND`), a turn channel for its output (with a
+ * backlog so a reconnecting RunSSE gets everything), and the protocol correlation the Dialect
+ * threads (exec ids, KV ids, tool call ids). Decoded client messages become loop inputs for the
  * Runner; exec results drive the tool machines of `Tools.ts`, whose final results go back to
  * the Runner as `ToolResult` inputs. The session also implements the Runner's `ClientGateway`:
  * what the loop emits is encoded by the Dialect and written to the request's channel.
@@ -28,7 +29,7 @@ import { ClientGateway, Runner } from "./Runner.js"
 import type { DispatchedOperation, StartedTurn, TurnOutcome, TurnRef } from "./Runner.js"
 import * as Tools from "./Tools.js"
 import type { ToolRun, ToolStep } from "./Tools.js"
-import { emptyInbox, holdUnstarted, offer } from "./transport/AppendInbox.js"
+import { adopt, emptyInbox, holdUnstarted, offer, skipGap } from "./transport/AppendInbox.js"
 import type { AppendInbox } from "./transport/AppendInbox.js"
 import { ConnectError, decodeUnaryBody, endStreamFrame, envelope, httpStatusOf, parseEnvelopes } from "./transport/Connect.js"
 import { makeTurnChannel } from "./transport/TurnChannel.js"
@@ -48,6 +49,18 @@ export interface TransportOptions {
    * in this process, past 0 only when the store knows the request: see `startedTurnBefore`).
    */
   readonly appendWindow: number
+  /**
+   * How long a BidiAppend waits to be handed on (when held behind a gap) and for the commit of
+   * the input it carries, before it is answered `unavailable` so that the client sends it again
+   * (see `ACKNOWLEDGING AN APPEND`). Below the ~5 s the IDE is reported to wait for an append.
+   */
+  readonly appendAckTimeoutMs: number
+  /**
+   * How long a recovered turn's inbox waits for a missing seqno that is not a committed input
+   * before passing over it (see `PASSING OVER GAPS AFTER A RESTART`); shorter than
+   * `appendAckTimeoutMs`, so the appends held behind it are still acknowledged in time.
+   */
+  readonly gapGraceMs: number
   /** How long the end of a turn waits for the client to acknowledge the checkpoint's blobs. */
   readonly blobAckTimeoutMs: number
   /** How long a finished request's output stays available to a reconnecting RunSSE. */
@@ -71,6 +84,8 @@ export const defaultTransportOptions: TransportOptions = {
   bidiAppendMaxBytes: 16 * 1024 * 1024,
   runSseMaxBytes: 64 * 1024,
   appendWindow: 1024,
+  appendAckTimeoutMs: 4_000,
+  gapGraceMs: 1_000,
   blobAckTimeoutMs: 10_000,
   finishedRetentionMs: 30_000,
   idleRetentionMs: 10 * 60_000,
@@ -92,6 +107,13 @@ interface RunningOperation {
   run: ToolRun | undefined
 }
 
+/** An append the inbox took, with when it arrived (a held one's wait counts from then). */
+interface Taken {
+  readonly seqno: number
+  readonly message: ClientMessage
+  readonly arrivedAtMs: number
+}
+
 interface Session {
   readonly requestId: string
   /**
@@ -103,7 +125,15 @@ interface Session {
    */
   turnKey: string
   channel: TurnChannel
-  inbox: AppendInbox<{ readonly seqno: number; readonly message: ClientMessage }>
+  inbox: AppendInbox<Taken>
+  /**
+   * Appends taken whose acknowledgement must wait, by seqno: held ones until they are handed on
+   * (or dropped with their turn), and handed-on ones until the inputs they carry are committed.
+   * A duplicate of one waits on the same entry (see `ACKNOWLEDGING AN APPEND`).
+   */
+  readonly unsettled: Map<number, Deferred.Deferred<void>>
+  /** A fiber is passing over this recovered inbox's gaps (`passGaps`). */
+  passingGaps: boolean
   correlation: Dialect.TurnCorrelation
   conversationId: string | undefined
   run: RunRequest | undefined
@@ -118,7 +148,8 @@ interface Session {
   /**
    * The runner spoke for this request before any run request reached this process: a turn
    * recovered after a restart. The client's appends go on numbering from where the previous
-   * process left off, so the first append this process sees sets where its inbox starts.
+   * process left off, so the first append this process sees sets where its inbox starts (a
+   * lower one that comes later is handed on late: `PASSING OVER GAPS AFTER A RESTART`).
    */
   adopted: boolean
   /** The runner has published or dispatched for this request (it is a turn this process runs). */
@@ -181,6 +212,8 @@ export const make = (options: TransportOptions) =>
         turnKey: `g${++generation}`,
         channel: makeTurnChannel(requestId),
         inbox: emptyInbox(),
+        unsettled: new Map(),
+        passingGaps: false,
         correlation: Dialect.initialCorrelation(requestId),
         conversationId: undefined,
         run: undefined,
@@ -228,7 +261,7 @@ export const make = (options: TransportOptions) =>
           if (userMessageId !== "") session.turnKey = userMessageId
         }
         session.runnerSpoke = true
-        if (session.run === undefined && session.inbox.next === 0) {
+        if (session.run === undefined && session.inbox.next === 0 && session.inbox.recovered === undefined) {
           if (session.inbox.held.size === 0) session.adopted = true
           else yield* adoptHeld(session)
         }
@@ -237,24 +270,63 @@ export const make = (options: TransportOptions) =>
 
     /**
      * A recovered turn whose client re-sent appends before the runner spoke: they were held
-     * waiting for seqno 0, which this process will never see. The inbox now starts at the first
-     * of them and the ones in order are handed on (they were acknowledged when they arrived).
+     * waiting for seqno 0, which this process will never see. The inbox now starts at the lowest
+     * of them (`adopt`); the ones in order are handed on (and acknowledged as they settle), and
+     * gaps after them are passed over under the rule at `passGap`.
      */
     const adoptHeld = (session: Session) =>
       session.lock.withPermits(1)(Effect.gen(function*() {
-        if (session.run !== undefined || session.inbox.next !== 0 || session.inbox.held.size === 0) return
-        const held = [...session.inbox.held.entries()].sort(([a], [b]) => a - b)
-        let inbox = emptyInbox<{ readonly seqno: number; readonly message: ClientMessage }>(held[0]![0])
-        const ready: Array<{ readonly seqno: number; readonly message: ClientMessage }> = []
-        for (const [seqno, item] of held) {
-          const offered = offer(inbox, seqno, item, options.appendWindow)
-          inbox = offered.inbox
-          ready.push(...offered.ready)
-        }
-        session.inbox = inbox
-        const durable: Array<Effect.Effect<void>> = []
-        for (const item of ready) yield* handle(session, item.seqno, item.message, durable)
+        const inbox = session.inbox
+        if (session.run !== undefined || inbox.next !== 0 || inbox.recovered !== undefined || inbox.held.size === 0) return
+        const adopted = adopt(inbox, Math.min(...inbox.held.keys()), options.appendWindow)
+        session.inbox = adopted.inbox
+        yield* handOn(session, adopted.ready)
+        yield* watchGaps(session)
       }))
+
+    /** Hands on appends the inbox released, in order; each settles on its own (`settle`). */
+    const handOn = (session: Session, ready: ReadonlyArray<Taken>) =>
+      Effect.forEach(ready, (item) =>
+        Effect.gen(function*() {
+          const durable: Array<Effect.Effect<void>> = []
+          yield* handle(session, item.seqno, item.message, durable)
+          yield* settle(session, item.seqno, durable)
+        }), { discard: true })
+
+    /**
+     * An append was handed on: its acknowledgement (and any duplicate's) now waits only for the
+     * commits of the inputs it carried, `durable` (none for heartbeats, KV answers, stream chunks).
+     */
+    const settle = (session: Session, seqno: number, durable: ReadonlyArray<Effect.Effect<void>>) =>
+      Effect.gen(function*() {
+        const waiting = session.unsettled.get(seqno)
+        if (durable.length === 0) {
+          if (waiting === undefined) return
+          session.unsettled.delete(seqno)
+          yield* Deferred.succeed(waiting, undefined)
+          return
+        }
+        const settled = waiting ?? (yield* Deferred.make<void>())
+        session.unsettled.set(seqno, settled)
+        yield* FiberSet.run(background, Effect.all(durable, { concurrency: "unbounded", discard: true }).pipe(
+          Effect.zipRight(Deferred.succeed(settled, undefined)),
+          Effect.ensuring(Effect.sync(() => {
+            if (session.unsettled.get(seqno) === settled) session.unsettled.delete(seqno)
+          }))
+        ))
+      })
+
+    /**
+     * The held appends of a turn that is over (its end replayed, or its request id reused for a
+     * new turn): never to be handed on, they are acknowledged, as every later append of that turn.
+     */
+    const dropHeld = (session: Session) =>
+      Effect.forEach([...session.inbox.held.keys()], (seqno) => {
+        const waiting = session.unsettled.get(seqno)
+        if (waiting === undefined) return Effect.void
+        session.unsettled.delete(seqno)
+        return Deferred.succeed(waiting, undefined)
+      }, { discard: true })
 
     const write = (session: Session, messages: ReadonlyArray<AgentServerMessage>) =>
       session.channel.write(messages.map(frameOf))
@@ -271,17 +343,14 @@ export const make = (options: TransportOptions) =>
 
     /**
      * For inputs that arrive in a BidiAppend: queues the input in order now and records, in
-     * `durable`, a wait for its commit. The append handler waits for those after releasing the
-     * request's lock, so that its acknowledgement means the input survives a crash, while the
+     * `durable`, a wait for its commit. The append's acknowledgement waits for those (`settle`),
+     * outside the request's lock, so that it means the input survives a crash, while the
      * request's other appends (heartbeats, KV answers, stream chunks) are not held behind it.
      */
     const submitDurably = (durable: Array<Effect.Effect<void>>, conversationId: string, input: Input, inputId: string) =>
       Effect.flatMap(Deferred.await(runnerReady), (runner) => runner.submitTracked(conversationId, input, inputId)).pipe(
         Effect.map((applied) => {
-          durable.push(applied.pipe(
-            Effect.timeoutTo({ duration: Duration.millis(DURABLE_ACK_WAIT_MS), onSuccess: () => true, onTimeout: () => false }),
-            Effect.flatMap((done) => done ? Effect.void : Effect.logWarning(`transport: input ${inputId} not yet committed when acknowledged`))
-          ))
+          durable.push(applied)
         })
       )
 
@@ -510,10 +579,11 @@ export const make = (options: TransportOptions) =>
      * request comes `orphanTimeoutMs` late (before replays existed, that RunSSE then got
      * `unavailable` at the same moment). Follow-ups and cancels are not evidence: they carry
      * nothing that names their turn, and on a reused id the new turn's may arrive before its run
-     * request. Like any append ahead of the inbox they are held (acknowledged), and a replay
-     * drops them unapplied. A turn still in progress (recovered, its model call re-issued) is
-     * waited for: the runner speaks and the session adopts it. A request the store knows no
-     * turn of, or whose turn a later one replaced, ends `unavailable` after `orphanTimeoutMs`.
+     * request. Like any append ahead of the inbox they are held (not acknowledged), and a replay
+     * drops them unapplied, acknowledging them then (their turn is over). A turn still in
+     * progress (recovered, its model call re-issued) is waited for: the runner speaks and the
+     * session adopts it. A request the store knows no turn of, or whose turn a later one
+     * replaced, ends `unavailable` after `orphanTimeoutMs`.
      *
      * What is replayed is what `finish` sends: turn_ended with the usage of the turn's committed
      * answers (exact: every answer records its usage), set_blob for the blobs of the checkpoint
@@ -531,7 +601,8 @@ export const make = (options: TransportOptions) =>
         session.conversationId = ended.turn.conversationId
         const started = parseInputId(session.requestId, ended.startInputId)
         if (started !== undefined) session.turnKey = started.turnKey
-        // Appends held so far were the ended turn's (re-sent): acknowledged when they arrived, never applied.
+        // Appends held so far were the ended turn's (re-sent): acknowledged now, never applied.
+        yield* dropHeld(session)
         session.inbox = emptyInbox()
         session.todos = Dialect.todosOf(Dialect.carriedCheckpointOf(ended.turn.settings))
         yield* Effect.logInfo(
@@ -562,7 +633,9 @@ export const make = (options: TransportOptions) =>
      * Rule 1 of `replayEnd`, for an append to an unresolved request: true when the append re-sends
      * a committed run request and was dealt with here (the end replayed, or nothing left to do),
      * false when it goes on as usual (not a re-send, or its turn is still in progress: the runner
-     * skips the committed input, and the session adopts the turn when the runner speaks).
+     * skips the committed input). A turn in progress was started by an earlier process: the inbox
+     * adopts that process's numbering from this seqno, so gaps after it (appends that process
+     * acknowledged) are passed over as `passGap` says.
      */
     const onResentRunRequest = (session: Session, seqno: number, run: RunRequest) =>
       Effect.gen(function*() {
@@ -570,7 +643,14 @@ export const make = (options: TransportOptions) =>
         if (inputId === undefined) return false
         const runner = yield* Deferred.await(runnerReady)
         const found = yield* runner.findStartedTurn(`${session.requestId}/`, (id) => id === inputId)
-        if (Option.isSome(found) && found.value._tag === "Running") return false
+        if (Option.isSome(found) && found.value._tag === "Running") {
+          if (session.inbox.next === 0 && session.inbox.recovered === undefined) {
+            const adopted = adopt(session.inbox, seqno, options.appendWindow)
+            session.inbox = adopted.inbox
+            yield* handOn(session, adopted.ready)
+          }
+          return false
+        }
         const ended = endedTurnOf(session.requestId, found)
         if (ended !== undefined) yield* replayEnd(session, ended)
         else yield* Effect.logDebug(`transport: append ${seqno} of ${session.requestId} re-sends a run request whose turn is no longer current; not applied`)
@@ -601,6 +681,112 @@ export const make = (options: TransportOptions) =>
       )
 
     // -------------------------------------------------------------------------
+    // Acknowledgements and gaps
+    // -------------------------------------------------------------------------
+
+    /**
+     * ACKNOWLEDGING AN APPEND. The client re-sends only the appends it holds no acknowledgement
+     * for, so an acknowledgement promises that what the append carried survives a crash. A
+     * BidiAppend is answered 200 only once it is settled:
+     *
+     * - it was handed on in seqno order: an append held behind a gap waits until the gap fills
+     *   (or, in a recovered turn, is passed over: `passGap`); and
+     * - the input it carried, if any (a run request, a follow-up, a cancel, the exec answer that
+     *   completes a tool call), was applied: committed, found committed already, or found to
+     *   change nothing.
+     *
+     * Handed-on appends without an input (heartbeats, KV answers, stream chunks) settle at once.
+     * The wait is bounded by `appendAckTimeoutMs`: past it the append is answered `unavailable`,
+     * a retryable error, never a success the server cannot stand behind; it stays where it was
+     * (held, or queued for its commit) and the client sends it again. A re-sent append is a
+     * duplicate (below `next`, or held already): while the first copy is unsettled it waits for
+     * that same settlement (bounded alike); once it is settled, it is acknowledged at once (its
+     * input is committed and the runner will not apply it twice). Acknowledged without being
+     * applied: the appends of a turn that is over and will never take them (its end replayed,
+     * its request id reused for a new turn: `dropHeld`, and the rules of `replayEnd`).
+     */
+    const awaitSettled = (session: Session, seqno: number, settled: Deferred.Deferred<void>) =>
+      Deferred.await(settled).pipe(
+        Effect.timeoutFail({
+          duration: Duration.millis(options.appendAckTimeoutMs),
+          onTimeout: () =>
+            new ConnectError(
+              "unavailable",
+              session.inbox.held.has(seqno)
+                ? `append_seqno ${seqno} of request ${session.requestId} waits for the appends before it (next expected ${session.inbox.next}); not applied yet, send it again`
+                : `append_seqno ${seqno} of request ${session.requestId} is not committed yet; send it again`
+            )
+        })
+      )
+
+    /** Starts passing over the gaps of a recovered inbox that holds appends, unless that runs already. */
+    const watchGaps = (session: Session) =>
+      Effect.suspend(() => {
+        if (session.passingGaps || session.inbox.recovered === undefined || session.inbox.held.size === 0) return Effect.void
+        session.passingGaps = true
+        return Effect.asVoid(FiberSet.run(background, passGaps(session)))
+      })
+
+    const passGaps = (session: Session): Effect.Effect<void> =>
+      session.lock.withPermits(1)(passGap(session)).pipe(
+        Effect.flatMap((waitMs) =>
+          waitMs === undefined
+            ? Effect.void
+            : waitMs === 0
+            ? passGaps(session)
+            : Effect.zipRight(Effect.sleep(Duration.millis(waitMs)), passGaps(session))
+        )
+      )
+
+    /**
+     * PASSING OVER GAPS AFTER A RESTART. A recovered turn's inbox (`adopt`) continues a numbering
+     * an earlier process began; it starts at the lowest append held when the turn first speaks
+     * (`adoptHeld`), at the first append after that, or at a re-sent run request of a turn in
+     * progress. The client re-sends only what the earlier process did not acknowledge, and that
+     * process acknowledged an append once it was handed on (and its input committed), so with
+     * up to 16 appends in flight some seqnos among the re-sent ones never come back. While
+     * appends are held behind a missing seqno `g`:
+     *
+     * 1. `g`'s input id (`<request id>/<turn key>:<g>`, `inputIdOf`) is committed: `g` was
+     *    applied and will not come back (nor change anything if it did). Passed over at once.
+     * 2. Otherwise (a heartbeat, a KV answer, an exec chunk, an input that changed nothing, or
+     *    an append still on its way): passed over once the lowest held append has waited
+     *    `gapGraceMs`, so a re-send that arrives within the grace still lands in order.
+     *
+     * A seqno passed over, or below where the inbox started (by at most `appendWindow`), that
+     * arrives later was never handed on by this process: it is handed on when it arrives, out of
+     * order, once (the runner skips its input if committed); a run request is not (see
+     * `bidiAppend`). Rule 1 needs the turn key the earlier process used, the run request's user
+     * message id; a turn whose run request had none gets rule 2 only. The rules hold for the
+     * rest of the recovered turn: a gap that outlasts the grace later on is passed over too, and
+     * its append, if it comes, is handed on late. An inbox that is not recovered never passes
+     * over a gap: every seqno below a held one is the client's to send. Returns how long to wait
+     * before looking again (0: at once), or undefined when nothing is held behind a gap.
+     */
+    const passGap = (session: Session) =>
+      Effect.gen(function*() {
+        const inbox = session.inbox
+        if (inbox.recovered === undefined || inbox.held.size === 0 || session.replaying) {
+          session.passingGaps = false
+          return undefined
+        }
+        const gap = inbox.next
+        let blocked: Taken | undefined
+        for (const [seqno, item] of inbox.held) if (blocked === undefined || seqno < blocked.seqno) blocked = item
+        const runner = yield* Deferred.await(runnerReady)
+        const committed = session.conversationId !== undefined && (yield* runner.isCommitted(session.conversationId, inputIdOf(session, gap)))
+        const waited = (yield* now) - blocked!.arrivedAtMs
+        if (!committed && waited < options.gapGraceMs) return options.gapGraceMs - waited
+        yield* Effect.logInfo(
+          `transport: append ${gap} of ${session.requestId} passed over (${committed ? "its input is committed" : `not received within ${options.gapGraceMs} ms`}), a turn recovered after a restart`
+        )
+        const passed = skipGap(inbox)
+        session.inbox = passed.inbox
+        yield* handOn(session, passed.ready)
+        return 0
+      })
+
+    // -------------------------------------------------------------------------
     // Endpoints
     // -------------------------------------------------------------------------
 
@@ -629,13 +815,13 @@ export const make = (options: TransportOptions) =>
         if (farAheadOfNew && !(yield* startedTurnBefore(requestId))) return yield* Effect.fail(unknownRequestFarAhead(requestId, seqno))
         let session = yield* sessionFor(requestId)
         if (farAheadOfNew) session.knownToStore = true
-        const durable: Array<Effect.Effect<void>> = []
-        yield* session.lock.withPermits(1)(Effect.gen(function*() {
+        const settled = yield* session.lock.withPermits(1)(Effect.gen(function*() {
           let newTurn = false
           if ((session.finishedAtMs !== undefined || session.replaying) && seqno === 0 && message._tag === "RunRequest") {
             // The run request of the turn that ended here, sent again: acknowledged, not applied again.
-            if ((yield* committedRunRequest(session, seqno, message)) !== undefined) return
+            if ((yield* committedRunRequest(session, seqno, message)) !== undefined) return undefined
             // A request id reused for a new turn (the IDE does this): start its session afresh.
+            yield* dropHeld(session)
             const fresh = yield* newSession(requestId, yield* now)
             sessions.set(requestId, fresh)
             session = fresh
@@ -643,16 +829,20 @@ export const make = (options: TransportOptions) =>
           }
           if (session.replaying) {
             // Appends of a turn whose end is replayed change nothing; the replayed blobs' acknowledgements are awaited.
-            if (message._tag === "KvResult") yield* handle(session, seqno, message, durable)
-            return
+            if (message._tag === "KvResult") yield* handle(session, seqno, message, [])
+            return undefined
           }
-          if (!newTurn && unresolved(session) && message._tag === "RunRequest" && (yield* onResentRunRequest(session, seqno, message))) return
+          if (!newTurn && unresolved(session) && message._tag === "RunRequest" && (yield* onResentRunRequest(session, seqno, message))) {
+            return undefined
+          }
           if (session.adopted) {
             // A recovered turn: the client's numbering continues from the previous process.
-            if (seqno > 0 && session.inbox.next === 0 && session.inbox.held.size === 0) session.inbox = emptyInbox(seqno)
+            if (session.inbox.next === 0 && session.inbox.held.size === 0 && session.inbox.recovered === undefined) {
+              session.inbox = adopt(session.inbox, seqno, options.appendWindow).inbox
+            }
             session.adopted = false
           }
-          const item = { seqno, message }
+          const item: Taken = { seqno, message, arrivedAtMs: yield* now }
           let offered = offer(session.inbox, seqno, item, options.appendWindow)
           if (offered.verdict === "outOfRange" && unresolved(session) && session.inbox.next === 0) {
             // Nothing handed on, no turn of the request in this process: a client re-sending after a restart?
@@ -673,10 +863,27 @@ export const make = (options: TransportOptions) =>
             ))
           }
           session.inbox = offered.inbox
-          for (const ready of offered.ready) yield* handle(session, ready.seqno, ready.message, durable)
+          switch (offered.verdict) {
+            case "held":
+              session.unsettled.set(seqno, yield* Deferred.make<void>())
+              break
+            case "late":
+              // A run request below where a recovered turn's inbox started is that turn's, re-sent (its
+              // input is committed: the turn is running) or a stale one: never applied out of order.
+              if (message._tag === "RunRequest") yield* Effect.logDebug(`transport: late run request ${seqno} of ${requestId} not applied`)
+              else yield* handOn(session, offered.ready)
+              break
+            case "delivered":
+              yield* handOn(session, offered.ready)
+              break
+            case "duplicate":
+              break
+          }
+          yield* watchGaps(session)
+          return session.unsettled.get(seqno)
         }))
-        // Outside the lock: the inputs this append handed on are committed before it is acknowledged.
-        yield* Effect.all(durable, { concurrency: "unbounded", discard: true })
+        // Outside the lock, so the request's other appends are not held up behind this one.
+        if (settled !== undefined) yield* awaitSettled(session, seqno, settled)
         return toBinary(BidiAppendResponseSchema, create(BidiAppendResponseSchema))
       }).pipe(Effect.annotateLogs({ requestId: requestIdHeader ?? "" }))
 
@@ -691,6 +898,7 @@ export const make = (options: TransportOptions) =>
         let session = yield* sessionFor(requestId.right)
         // A finished turn whose end a reader already received: this RunSSE starts a new turn on a reused id.
         if (session.channel.isClosed() && session.channel.endDelivered() && !session.channel.isAttached()) {
+          yield* session.lock.withPermits(1)(dropHeld(session))
           session = yield* newSession(requestId.right, yield* now)
           sessions.set(requestId.right, session)
         }
@@ -875,9 +1083,6 @@ const joinFrames = (frames: Chunk.Chunk<Uint8Array>): Chunk.Chunk<Uint8Array> =>
   }
   return Chunk.of(out)
 }
-
-/** How long a BidiAppend waits for its input to be committed before it is acknowledged anyway. */
-const DURABLE_ACK_WAIT_MS = 2_000
 
 /** How much of an oversized body is read and dropped before the connection is cut instead. */
 const DRAIN_LIMIT = 64 * 1024 * 1024

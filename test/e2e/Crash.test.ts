@@ -520,7 +520,8 @@ describe("Bugs found by the crash test (fixed; regression tests)", () => {
    * (here the model answers 1.5 s after each request). Crash after clean write 5 (the Read
    * result's commitInput): that append (seqno s > 0) was not acknowledged, so the client sends
    * it again at once. `bidiAppend` creates the session (not adopted: `turnSession` has not run
-   * for it yet), whose inbox expects seqno 0, so append s is held (and acknowledged). Before the
+   * for it yet), whose inbox expects seqno 0, so append s is held (acknowledged only once the
+   * recovered turn adopts it, see Transport `ACKNOWLEDGING AN APPEND`). Before the
    * fix, when the runner then spoke, the session was not marked adopted (`inbox.held.size > 0`)
    * and every later append of the turn was held as well: the set_blob acknowledgements never
    * reached the transport and the turn ended without its checkpoint (a further tool call would

@@ -4,8 +4,9 @@
  * What it does across a crash, as Cursor does:
  * - appends go out one at a time in seqno order (sequential delivery); an append that fails
  *   with a connection error (refused, reset, hang up) is kept, and once the server answers
- *   `/healthz` again it is sent again with the same request id and seqno; only a 2xx answer
- *   acknowledges it;
+ *   `/healthz` again it is sent again with the same request id and seqno; one answered
+ *   `unavailable` (503: the server cannot acknowledge it yet, e.g. held until a recovered turn
+ *   speaks) is sent again after a pause; only a 2xx answer acknowledges it;
  * - when RunSSE breaks without an end-stream frame, it waits for the server and opens RunSSE
  *   again with the same request id;
  * - it answers every exec of every RunSSE connection (a restarted process numbers its exec ids
@@ -55,7 +56,7 @@ export interface CrashTurnResult {
   readonly text: string
   /** RunSSE connections opened (1 when nothing broke). */
   readonly connections: number
-  /** Appends sent again after a connection failure. */
+  /** Appends sent again after a connection failure or an `unavailable` answer. */
   readonly resentAppends: number
   /** Every append, with the status of its acknowledgement (0: never acknowledged). */
   readonly appends: ReadonlyArray<{ readonly seqno: number; readonly what: string; readonly attempts: number; readonly status: number }>
@@ -212,6 +213,10 @@ class CrashTurn {
           { "x-request-id": this.spec.requestId }
         )
         item.status = response.status
+        if (response.status === 503 && item.attempts < 10) {
+          await sleep(100)
+          continue
+        }
         if (response.status !== 200) this.problems.push(`append ${item.seqno} (${item.what}) answered ${response.status}: ${response.body}`)
         this.queue.shift()
       } catch (error) {

@@ -200,9 +200,13 @@ export interface Transcript {
 export interface AppendRecord {
   readonly seqno: number
   readonly what: string
+  /** The last answer's status (0: no answer). */
   readonly status: number
+  /** When the first POST of it went out, and when the last was answered. */
   readonly sentAt: number
   readonly answeredAt: number
+  /** POSTs it took: more than 1 when the server answered `unavailable` (retryable) and it was sent again. */
+  readonly attempts: number
 }
 
 const num = (value: bigint | undefined): number => Number(value ?? 0n)
@@ -598,8 +602,12 @@ const single = (answer: Promise<ExecAnswer>): AsyncIterable<ExecAnswer> => ({
 /**
  * How appends reach the server. `concurrent` (Cursor): each POST as soon as the message exists,
  * up to `appendConcurrency` in flight. `sequential`: one at a time in seqno order. `shuffled`:
- * the appends produced together (one burst, e.g. a shell stream's events) go out one at a time
- * in a seeded random order, and about `duplicateRate` of them are sent twice.
+ * the appends produced together (one burst, e.g. a shell stream's events) go out in a seeded
+ * random order, about `duplicateRate` of them twice, each POST started without waiting for the
+ * one before it to be answered (at most `appendConcurrency` consecutive seqnos at a time, as a
+ * client with that many in flight has): the server answers an append held behind a gap only
+ * once the gap fills, so a client that waited for each answer before sending the next, out of
+ * order, would wait on itself.
  */
 export type Delivery =
   | { readonly _tag: "concurrent" }
@@ -728,6 +736,9 @@ interface BurstItem {
   readonly resolve: (status: number) => void
 }
 
+/** How many times an append answered `unavailable` is sent in all. */
+const APPEND_ATTEMPTS = 10
+
 /** One Cursor turn: a request id, its RunSSE connection(s) and its appends. */
 export class Turn {
   readonly requestId: string
@@ -853,13 +864,16 @@ export class Turn {
   }
 
   private async deliverShuffled(burst: ReadonlyArray<BurstItem>, duplicateRate: number) {
-    const order = [...burst]
-    for (let i = order.length - 1; i > 0; i--) {
-      const j = Math.floor(this.random() * (i + 1))
-      ;[order[i], order[j]] = [order[j]!, order[i]!]
+    const inFlight = this.client.options.appendConcurrency ?? 16
+    for (let from = 0; from < burst.length; from += inFlight) {
+      const order = burst.slice(from, from + inFlight)
+      for (let i = order.length - 1; i > 0; i--) {
+        const j = Math.floor(this.random() * (i + 1))
+        ;[order[i], order[j]] = [order[j]!, order[i]!]
+      }
+      const withDuplicates = order.flatMap((item) => (this.random() < duplicateRate ? [item, item] : [item]))
+      await Promise.all(withDuplicates.map((item) => this.post(item.seqno, item.message, item.what).then(item.resolve)))
     }
-    const withDuplicates = order.flatMap((item) => (this.random() < duplicateRate ? [item, item] : [item]))
-    for (const item of withDuplicates) item.resolve(await this.post(item.seqno, item.message, item.what))
   }
 
   private limited<A>(task: () => Promise<A>): Promise<A> {
@@ -900,15 +914,29 @@ export class Turn {
     return posted
   }
 
+  /**
+   * One append until it is answered: an `unavailable` answer (the server could not stand behind
+   * an acknowledgement yet: held behind a gap, or its input not committed) is retryable, so the
+   * append is sent again, as it is, a few times; any other answer is final.
+   */
   private async postOnce(seqno: number, message: AgentClientMessageInit, what: string): Promise<number> {
     const sentAt = performance.now()
+    let attempts = 0
     try {
-      const response = await this.appendRetryingStaleSockets(seqno, message)
-      this.recordAppend({ seqno, what, status: response.status, sentAt, answeredAt: performance.now() })
-      if (response.status !== 200) this.problems.push(`append ${seqno} (${what}) answered ${response.status}: ${Buffer.from(response.body).toString("utf8")}`)
-      return response.status
+      for (;;) {
+        attempts++
+        const response = await this.appendRetryingStaleSockets(seqno, message)
+        // Even after the stream ended: the client holds no acknowledgement for it.
+        if (response.status === 503 && attempts < APPEND_ATTEMPTS) {
+          await new Promise((r) => setTimeout(r, 20))
+          continue
+        }
+        this.recordAppend({ seqno, what, status: response.status, sentAt, answeredAt: performance.now(), attempts })
+        if (response.status !== 200) this.problems.push(`append ${seqno} (${what}) answered ${response.status} after ${attempts} attempt(s): ${Buffer.from(response.body).toString("utf8")}`)
+        return response.status
+      }
     } catch (error) {
-      this.recordAppend({ seqno, what, status: 0, sentAt, answeredAt: performance.now() })
+      this.recordAppend({ seqno, what, status: 0, sentAt, answeredAt: performance.now(), attempts })
       this.problems.push(`append ${seqno} (${what}) failed: ${(error as Error).message}`)
       return 0
     }

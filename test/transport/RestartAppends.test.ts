@@ -9,7 +9,9 @@
  * with a model call in flight, which is what a crash leaves (nothing more is committed); the
  * second is asked by the test to recover, so the re-sent appends reach it before the recovered
  * turn speaks (the case a window counted from 0 refused). Both run with `appendWindow` 4, so a
- * handful of appends make a long turn.
+ * handful of appends make a long turn. A held append is not acknowledged until it is handed on
+ * (Transport `ACKNOWLEDGING AN APPEND`): the second process answers `unavailable` after a short
+ * bound, and the client sends it again.
  *
  * Every wait is bounded (the client's timeouts); no test asserts a duration.
  */
@@ -38,11 +40,11 @@ const tempDatabase = Effect.acquireRelease(
 ).pipe(Effect.map((dir) => join(dir, "byok.sqlite")))
 
 /** A server on `database` with a small append window; the RunSSE orphan timeout longer than any test. */
-const serverOn = (database: string, scripts: ReadonlyArray<Script>) =>
+const serverOn = (database: string, scripts: ReadonlyArray<Script>, appendAckTimeoutMs = ServerHarness.testTransportOptions().appendAckTimeoutMs) =>
   ServerHarness.make({
     scripts,
     store: Store.layerSqlite({ filename: database }),
-    transport: { appendWindow: WINDOW, orphanTimeoutMs: 60_000, sweepIntervalMs: 50, heartbeatMs: 100 }
+    transport: { appendWindow: WINDOW, orphanTimeoutMs: 60_000, sweepIntervalMs: 50, heartbeatMs: 100, appendAckTimeoutMs }
   })
 
 /** Runs `body` against a server on `database` and stops it (sessions and streams gone) before returning. */
@@ -68,10 +70,19 @@ const append = (client: CursorClient, requestId: string, seqno: number, message:
 const assertAck = (response: RawResponse, what: string) =>
   assert.strictEqual(response.status, 200, `${what}: ${Buffer.from(response.body).toString("utf8")}`)
 
-const assertRefused = (response: RawResponse, code: string) => {
-  assert.strictEqual(response.status, 400)
+const assertRefused = (response: RawResponse, code: string, status = 400) => {
+  assert.strictEqual(response.status, status)
   assert.strictEqual((JSON.parse(Buffer.from(response.body).toString("utf8")) as { code?: unknown }).code, code)
 }
+
+/** As the client does with a retryable answer: the same append again, until it is acknowledged (bounded). */
+const appendUntilAcknowledged = (client: CursorClient, requestId: string, seqno: number, message: AgentClientMessageInit) =>
+  Effect.promise(async () => {
+    for (let attempt = 1; ; attempt++) {
+      const response = await client.append(requestId, seqno, message)
+      if (response.status !== 503 || attempt >= 20) return response
+    }
+  })
 
 const loadState = (server: ServerHarness.Harness, conversationId: string) =>
   server.store.load(conversationId).pipe(Effect.map(Option.getOrThrow), Effect.orDie)
@@ -104,12 +115,12 @@ const longTurnCutByRestart = (database: string) =>
 
 describe("Appends re-sent after a restart, numbered past the append window", () => {
   for (const order of ["appendsFirst", "runSseFirst"] as const) {
-    it.scopedLive(`a recovered turn's re-sent appends (${order}) are acknowledged before it speaks and applied once each; its turn_ended sums the model calls of both processes`, () =>
+    it.scopedLive(`a recovered turn's re-sent appends (${order}) are held, not acknowledged, until it speaks, then applied once each and acknowledged; its turn_ended sums the model calls of both processes`, () =>
       Effect.gen(function*() {
         const database = yield* tempDatabase
         const inFlight = yield* longTurnCutByRestart(database)
 
-        const server = yield* serverOn(database, [text("second", usage(5, 4)), text("third", usage(7, 6)), text("fourth", usage(11, 10))])
+        const server = yield* serverOn(database, [text("second", usage(5, 4)), text("third", usage(7, 6)), text("fourth", usage(11, 10))], 300)
         const client = yield* clientFor(server)
         const before = yield* loadState(server, CONVERSATION)
         // RunSSE reopened with the same request id; set_blob acknowledgements numbered on after the re-sent appends.
@@ -117,15 +128,25 @@ describe("Appends re-sent after a restart, numbered past the append window", () 
         if (stream !== undefined) yield* poll(sessions(server), (n) => n === 1)
 
         // Re-sent: follow-up one (applied by the first process, its acknowledgement lost) and follow-up two (never got there).
-        assertAck(yield* append(client, REQUEST, WINDOW + 1, userMessageAction(FOLLOW_UP_ONE, "agent", "msg-follow-one")), "follow-up one re-sent")
-        assertAck(yield* append(client, REQUEST, WINDOW + 2, userMessageAction(FOLLOW_UP_TWO, "agent", "msg-follow-two")), "follow-up two")
-        assertAck(yield* append(client, REQUEST, WINDOW + 1, userMessageAction(FOLLOW_UP_ONE, "agent", "msg-follow-one")), "follow-up one again")
+        // Held until the recovered turn says where the client's numbering is: not acknowledged, nothing applied yet.
+        const followUpOne = userMessageAction(FOLLOW_UP_ONE, "agent", "msg-follow-one")
+        const followUpTwo = userMessageAction(FOLLOW_UP_TWO, "agent", "msg-follow-two")
+        assertRefused(yield* append(client, REQUEST, WINDOW + 1, followUpOne), "unavailable", 503)
+        assertRefused(yield* append(client, REQUEST, WINDOW + 2, followUpTwo), "unavailable", 503)
+        assertRefused(yield* append(client, REQUEST, WINDOW + 1, followUpOne), "unavailable", 503)
         assert.strictEqual(server.transport.sessionCount(), 1)
-        // Held until the recovered turn says where the client's numbering is: nothing applied yet.
         assert.deepStrictEqual(yield* loadState(server, CONVERSATION), before)
 
+        // The client sends them again while the recovered turn starts: acknowledged once handed on (and committed).
+        const resent = yield* Effect.forkScoped(Effect.all([
+          appendUntilAcknowledged(client, REQUEST, WINDOW + 1, followUpOne),
+          appendUntilAcknowledged(client, REQUEST, WINDOW + 2, followUpTwo)
+        ], { concurrency: "unbounded" }))
         const ended = stream ?? reattach(client, REQUEST, WINDOW + 3)
         assert.strictEqual((yield* server.runner.recover).llmCallsReissued, 1)
+        const [one, two] = yield* resent
+        assertAck(one, "follow-up one re-sent")
+        assertAck(two, "follow-up two")
         const replayed = yield* Effect.promise(() => ended)
 
         assert.deepStrictEqual(replayed.problems, [])
@@ -158,7 +179,7 @@ describe("Appends re-sent after a restart, numbered past the append window", () 
     Effect.gen(function*() {
       const database = yield* tempDatabase
       yield* longTurnCutByRestart(database)
-      const server = yield* serverOn(database, [])
+      const server = yield* serverOn(database, [], 300)
       const client = yield* clientFor(server)
       const before = yield* loadState(server, CONVERSATION)
 
@@ -174,8 +195,8 @@ describe("Appends re-sent after a restart, numbered past the append window", () 
       const waiting = reattach(client, "req-never-seen", 0, 1_000)
       yield* poll(sessions(server), (n) => n === 1)
       assertRefused(yield* append(client, "req-never-seen", WINDOW + 1, userMessageAction("who is this")), "out_of_range")
-      // Within the window it is held as before (acknowledged; no run request, so nothing applied).
-      assertAck(yield* append(client, "req-never-seen", WINDOW - 1, clientHeartbeat()), "heartbeat within the window")
+      // Within the window it is held as before: no run request, so nothing applied, nor acknowledged (retryable after the bound).
+      assertRefused(yield* append(client, "req-never-seen", WINDOW - 1, clientHeartbeat()), "unavailable", 503)
       const result = yield* Effect.promise(() => waiting)
       assert.deepStrictEqual(result.events, [])
 

@@ -108,10 +108,14 @@ describe("The end of a turn committed before a restart is replayed to the reconn
       const client = yield* clientFor(server)
       const before = yield* committed(server, "conv-replay")
       // The client re-sends what it has no acknowledgement for: a follow-up (seq 1) and a cancel (seq 2).
-      // Held and acknowledged; never applied (a follow-up between turns would start a turn).
-      assert.strictEqual((yield* Effect.promise(() => client.append("req-two", 1, userMessageAction("and one more thing")))).status, 200)
-      assert.strictEqual((yield* Effect.promise(() => client.append("req-two", 2, cancelAction()))).status, 200)
+      // Held behind seq 0, which never comes; acknowledged when the replay drops them (their turn is
+      // over), never applied (a follow-up between turns would start a turn).
+      const resent = yield* Effect.forkScoped(Effect.all([
+        Effect.promise(() => client.append("req-two", 1, userMessageAction("and one more thing"))),
+        Effect.promise(() => client.append("req-two", 2, cancelAction()))
+      ], { concurrency: "unbounded" }))
       const replayed = yield* Effect.promise(() => reattach(client, "req-two", 3))
+      assert.deepStrictEqual((yield* resent).map((response) => response.status), [200, 200])
 
       assert.deepStrictEqual(replayed.problems, [])
       assert.deepStrictEqual(replayed.end, Dialect.EndStream.Ok())
