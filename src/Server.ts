@@ -42,6 +42,15 @@ export const interruptedResult = (call: ToolCall): ToolResultMessage => ({
  * Node's HTTP server with idle keep-alive sockets kept longer than clients keep theirs, so a
  * client does not send an append on a socket the server is closing at that moment (a reset).
  */
+/**
+ * Where the server listens. The accept backlog is raised from Node's 511: a burst of new
+ * connections (many Cursor windows reconnecting, each opening several sockets) overflowed it
+ * in the 200-conversation load test, and a dropped SYN is retried by the client only after
+ * 1, 2, 4 s, long enough for blob acknowledgements to time out. The kernel caps it at
+ * net.core.somaxconn.
+ */
+export const listenOptions = (port: number, host: string) => ({ port, host, backlog: 4096 })
+
 export const makeHttpServer = () => {
   const server = createServer()
   server.keepAliveTimeout = 65_000
@@ -109,6 +118,6 @@ export const layerApp = (config: ServerConfig) => {
 /** The server listening on the configured host and port, calling providers through undici. */
 export const layer = (config: ServerConfig) =>
   layerApp(config).pipe(
-    Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, { port: config.port, host: config.host })),
+    Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, listenOptions(config.port, config.host))),
     Layer.provide(NodeHttpClient.layerUndici)
   )

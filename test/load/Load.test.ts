@@ -17,9 +17,10 @@ import type { AssistantMessage, RequestMessages, ResponseEvent } from "../../src
 import { CursorClient, LocalWorkspace } from "../support/CursorClient.js"
 import { assistant, call, toolCalls, usage } from "../support/FakeRuntime.js"
 import type { Script } from "../support/FakeRuntime.js"
+import * as Transport from "../../src/Transport.js"
 import * as ServerHarness from "../support/ServerHarness.js"
 
-const CONVERSATIONS = 200
+const CONVERSATIONS = Number(process.env["BYOK_LOAD_CONVERSATIONS"] ?? 200)
 const MIN_TURNS = 3
 const SECONDS = Number(process.env["BYOK_LOAD_SECONDS"] ?? 30)
 const WORDS = 24
@@ -56,7 +57,7 @@ describe("load", () => {
         (path) => Effect.sync(() => rmSync(path, { recursive: true, force: true }))
       )
       writeFileSync(join(dir, "notes.txt"), "line one\nline two\n")
-      const harness = yield* ServerHarness.make({ respond, transport: { heartbeatMs: 1_000 } })
+      const harness = yield* ServerHarness.make({ respond, transport: { heartbeatMs: 1_000, blobAckTimeoutMs: Transport.defaultTransportOptions.blobAckTimeoutMs } })
       // One client per conversation, as each Cursor window has its own connections (a shared
       // agent's socket limit would otherwise queue appends behind the open RunSSE streams).
       const clients = yield* Effect.acquireRelease(
@@ -69,6 +70,7 @@ describe("load", () => {
       )
       const failures: Array<string> = []
       const turnsRun: Array<number> = Array.from({ length: CONVERSATIONS }, () => 0)
+      let withoutCheckpoint = 0
       const until = Date.now() + SECONDS * 1000
       const conversation = async (n: number) => {
         const client = clients[n]!
@@ -83,6 +85,10 @@ describe("load", () => {
           const expected = words(3 + 4 * turn).join("")
           if (transcript.text !== expected) failures.push(`${where}: text ${JSON.stringify(transcript.text.slice(0, 80))}`)
           if (!transcript.events.some((e) => e.kind === "tool_call_completed")) failures.push(`${where}: no tool_call_completed`)
+          // KNOWN OPEN: under this load some turns end without their checkpoint (later set_blob
+          // acknowledgements are answered only once the blob-ack wait has given up); counted and
+          // printed, not failed on, until it is fixed (see the README's reliability notes).
+          if (!transcript.events.some((e) => e.kind === "checkpoint")) withoutCheckpoint++
         }
       }
       yield* Effect.promise(() => Promise.all(Array.from({ length: CONVERSATIONS }, (_, n) => conversation(n))))
@@ -94,6 +100,6 @@ describe("load", () => {
       }
       const turns = turnsRun.reduce((a, b) => a + b, 0)
       assert.strictEqual((yield* harness.llmCalls).length, turns * 2)
-      console.log(`[load] ${CONVERSATIONS} conversations, ${turns} turns in all (${Math.min(...turnsRun)}-${Math.max(...turnsRun)} each) over ${SECONDS} s of offered work, no failure`)
+      console.log(`[load] ${CONVERSATIONS} conversations, ${turns} turns in all (${Math.min(...turnsRun)}-${Math.max(...turnsRun)} each) over ${SECONDS} s of offered work, no failure; ${withoutCheckpoint} turns ended without their checkpoint (known open)`)
     }), 300_000)
 })

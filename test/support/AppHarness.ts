@@ -91,7 +91,7 @@ export const make = (options: AppHarnessOptions = {}): Effect.Effect<AppHarness,
     const file = Schema.decodeUnknownSync(Config.FileConfig)({ ...fileConfigJson(provider.baseUrl, options.config), database })
     const config = Config.resolve(file, { [API_KEY_ENV]: API_KEY })
     const app = Server.layerApp(config).pipe(
-      Layer.provideMerge(NodeHttpServer.layer(Server.makeHttpServer, { port: 0, host: "127.0.0.1" })),
+      Layer.provideMerge(NodeHttpServer.layer(Server.makeHttpServer, Server.listenOptions(0, "127.0.0.1"))),
       Layer.provide(NodeHttpClient.layerUndici)
     )
     const context = yield* Layer.build(app).pipe(

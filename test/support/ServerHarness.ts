@@ -8,7 +8,7 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { Context, Effect, Exit, FiberRef, Layer, LogLevel, Ref, Scope } from "effect"
 import * as Dialect from "../../src/Dialect.js"
 import * as Runner from "../../src/Runner.js"
-import { makeHttpServer } from "../../src/Server.js"
+import { listenOptions, makeHttpServer } from "../../src/Server.js"
 import * as Store from "../../src/Store.js"
 import * as Tools from "../../src/Tools.js"
 import * as Transport from "../../src/Transport.js"
@@ -80,7 +80,7 @@ export const make = (options: HarnessOptions = {}): Effect.Effect<Harness, never
       Layer.provideMerge(Runner.layer(runnerOptions)),
       Layer.provideMerge(transportLayer),
       Layer.provideMerge(Layer.merge(options.store ?? Store.layerMemory, llm.layer)),
-      Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, { port: 0, host: "127.0.0.1" }))
+      Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, listenOptions(0, "127.0.0.1")))
     )
     const context = yield* Layer.build(services).pipe(
       Effect.orDie,
