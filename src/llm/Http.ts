@@ -174,13 +174,6 @@ export const openAttempt = (
       return events
     })
 
-/** One attempt as a stream. */
-export const attemptStream = (
-  client: HttpClient.HttpClient,
-  request: ProviderRequest,
-  settings: RetrySettings
-): Stream.Stream<ResponseEvent, LlmError> => Stream.unwrapScoped(Effect.map(openAttempt(client, request, settings), Mailbox.toStream))
-
 /** The delay before retry number `retry` (0-based), or a fail-fast error when the server asks too much. */
 export const retryDelay = (error: LlmError, retry: number, settings: RetrySettings): Effect.Effect<number, LlmError> =>
   Effect.gen(function*() {

@@ -8,19 +8,16 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
 import { readFileSync, writeFileSync } from "node:fs"
-import { mkdtempSync, rmSync } from "node:fs"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
-import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Dialect from "../../src/Dialect.js"
-import type { AgentServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
 import type { Message } from "../../src/Llm.js"
 import * as Prompt from "../../src/Prompt.js"
 import * as AppHarness from "../support/AppHarness.js"
 import * as ChildServer from "../support/ChildServer.js"
 import { CursorClient, LocalWorkspace, scriptedWorkspace } from "../support/CursorClient.js"
-import { assertCleanOk, clientFor as scopedClient, shape } from "../support/Transcripts.js"
+import { assertCleanOk, clientFor as scopedClient, completedTool, shape, tempDirectory, toolCallOf } from "../support/Transcripts.js"
 import type { CursorClientOptions, Delivery, ExecAnswer, FrameEvent, Transcript } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
 
@@ -33,11 +30,6 @@ const DONE = "data: [DONE]\n\n"
 // -----------------------------------------------------------------------------
 // Helpers
 // -----------------------------------------------------------------------------
-
-const tempDirectory = Effect.acquireRelease(
-  Effect.sync(() => mkdtempSync(join(tmpdir(), "cursor-byok-e2e-ws-"))),
-  (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
-)
 
 const endCode = (transcript: Transcript) => transcript.end?._tag === "Error" ? transcript.end.code : transcript.end?._tag
 
@@ -95,18 +87,6 @@ const pacedText = (pieces: ReadonlyArray<string>, delayMs: number): Array<FakePr
   FakeProvider.event({ id: "chatcmpl-fake", model: "fake-model", choices: [], usage: { prompt_tokens: 10, completion_tokens: pieces.length } }),
   DONE
 ]
-
-const completedTool = (transcript: Transcript, callId: string): AgentServerMessage => {
-  const frame = transcript.frames.find((f) => f.event.kind === "tool_call_completed" && f.event.callId === callId)
-  assert.isDefined(frame, `no tool_call_completed for ${callId}`)
-  return frame!.message
-}
-
-const toolCallOf = (message: AgentServerMessage) => {
-  const m = message.message
-  if (m.case !== "interactionUpdate" || m.value.message.case !== "toolCallCompleted") throw new Error("not a tool_call_completed")
-  return m.value.message.value.toolCall!.tool
-}
 
 const loadMessages = (app: AppHarness.AppHarness, conversationId: string) =>
   app.store.load(conversationId).pipe(
@@ -237,7 +217,7 @@ describe("Server end to end (real provider path)", () => {
 
   it.scopedLive("a read_file tool round trip against a real temp-dir workspace: exec, typed result, the file's text in the next request", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-e2e-ws-")
       writeFileSync(join(dir, "a.ts"), "export const a = 1\nexport const b = 2\n")
       const app = yield* AppHarness.make()
       app.provider.enqueue(
@@ -273,7 +253,7 @@ describe("Server end to end (real provider path)", () => {
 
   it.scopedLive("two parallel tool calls, the first answered late: run one at a time, results appended in call order, the second request extends the first byte for byte", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-e2e-ws-")
       writeFileSync(join(dir, "first.txt"), "one\n")
       writeFileSync(join(dir, "second.txt"), "two\n")
       const local = new LocalWorkspace(dir)
@@ -320,7 +300,7 @@ describe("Server end to end (real provider path)", () => {
 
   it.scopedLive("an Edit (StrReplace): read, apply, write on disk, a typed EditResult with the diff", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-e2e-ws-")
       writeFileSync(join(dir, "b.ts"), "const greeting = \"hello\"\nconsole.log(greeting)\n")
       const app = yield* AppHarness.make()
       app.provider.enqueue(
@@ -392,7 +372,7 @@ describe("Server end to end (real provider path)", () => {
 
   it.scopedLive("cancel while a tool runs on the client: its exec is aborted, the stream ends canceled", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-e2e-ws-")
       const app = yield* AppHarness.make()
       app.provider.enqueue(FakeProvider.sse(chatToolCalls([{ id: "c-sleep", name: "Shell", args: JSON.stringify({ command: "printf 'started\\n'; sleep 30" }) }])))
       const client = yield* clientFor(app, { workspace: new LocalWorkspace(dir) })
@@ -501,7 +481,7 @@ describe("Server end to end (real provider path)", () => {
 
   it.scopedLive("duplicated and shuffled BidiAppends give the same transcript and the same provider requests as in-order delivery", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-e2e-ws-")
       writeFileSync(join(dir, "a.ts"), "export const a = 1\n")
       const inOrder = yield* deliveryRun(dir, { _tag: "sequential" })
       assertCleanOk(inOrder.transcript)

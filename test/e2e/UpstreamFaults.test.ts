@@ -31,15 +31,14 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import * as Dialect from "../../src/Dialect.js"
 import { ErrorDetails_Error } from "../../src/gen/aiserver/v1/aiserver_pb.js"
 import type { Message } from "../../src/Llm.js"
 import * as AppHarness from "../support/AppHarness.js"
 import { CursorClient, LocalWorkspace } from "../support/CursorClient.js"
-import { clientFor as scopedClient } from "../support/Transcripts.js"
+import { clientFor as scopedClient, tempDirectory } from "../support/Transcripts.js"
 import type { Transcript } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
 
@@ -601,11 +600,6 @@ describe("Upstream faults end to end (real server, fake provider, reference clie
 // Faults in longer turns and conversations
 // -----------------------------------------------------------------------------
 
-const tempDirectory = Effect.acquireRelease(
-  Effect.sync(() => mkdtempSync(join(tmpdir(), "cursor-byok-faults-ws-"))),
-  (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
-)
-
 const roles = (messages: ReadonlyArray<Message>) => messages.map((m) => m.role)
 
 /** Request `b`'s body starts with request `a`'s body up to the end of its messages (OpenAI Chat: messages come last). */
@@ -620,7 +614,7 @@ const assertBodyExtends = (app: AppHarness.AppHarness, a: number, b: number) => 
 describe("Upstream faults in longer turns and conversations", () => {
   it.scopedLive("a 500 on the model call after a tool result: that call is retried with the same bytes, the tool ran once, one answer", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-faults-ws-")
       writeFileSync(join(dir, "a.ts"), "export const a = 1\n")
       const app = yield* AppHarness.make()
       app.provider.enqueue(
@@ -647,7 +641,7 @@ describe("Upstream faults in longer turns and conversations", () => {
 
   it.scopedLive("a drop after content on the model call after a tool result: the turn fails, the tool call and its result stay committed, the half answer does not; the next turn extends them", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-faults-ws-")
       writeFileSync(join(dir, "a.ts"), "export const a = 1\n")
       const app = yield* AppHarness.make()
       app.provider.enqueue(

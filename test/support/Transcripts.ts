@@ -4,7 +4,11 @@
  */
 import { assert } from "@effect/vitest"
 import { Effect } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import * as Dialect from "../../src/Dialect.js"
+import type { AgentServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
 import { CursorClient } from "./CursorClient.js"
 import type { CursorClientOptions, Transcript } from "./CursorClient.js"
 
@@ -25,4 +29,25 @@ export const shape = (transcript: Transcript): ReadonlyArray<string> =>
 export const assertCleanOk = (transcript: Transcript) => {
   assert.deepStrictEqual(transcript.problems, [])
   assert.deepStrictEqual(transcript.end, Dialect.EndStream.Ok())
+}
+
+/** A temp directory (a workspace) removed when the scope closes. */
+export const tempDirectory = (prefix: string) =>
+  Effect.acquireRelease(
+    Effect.sync(() => mkdtempSync(join(tmpdir(), prefix))),
+    (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
+  )
+
+/** The tool_call_completed message of a tool call. */
+export const completedTool = (transcript: Transcript, callId: string): AgentServerMessage => {
+  const frame = transcript.frames.find((f) => f.event.kind === "tool_call_completed" && f.event.callId === callId)
+  assert.isDefined(frame, `no tool_call_completed for ${callId}`)
+  return frame!.message
+}
+
+/** The typed Cursor tool of a tool_call_completed message. */
+export const toolCallOf = (message: AgentServerMessage) => {
+  const m = message.message
+  if (m.case !== "interactionUpdate" || m.value.message.case !== "toolCallCompleted") throw new Error("not a tool_call_completed")
+  return m.value.message.value.toolCall!.tool
 }

@@ -9,8 +9,7 @@ import { createNodeHttpClient } from "@connectrpc/connect-node"
 import { createConnectTransport } from "@connectrpc/connect-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import * as Dialect from "../../src/Dialect.js"
 import { AgentClientMessageSchema, AgentService } from "../../src/gen/agent/v1/agent_pb.js"
@@ -18,8 +17,8 @@ import type { AgentServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
 import { BidiService, ErrorDetails_Error } from "../../src/gen/aiserver/v1/aiserver_pb.js"
 import type { ResponseEvent, Usage } from "../../src/Llm.js"
 import { frameEvent, LocalWorkspace, runRequestMessage, runSseBody, scriptedWorkspace, toHex } from "../support/CursorClient.js"
-import { assertCleanOk, clientFor, shape } from "../support/Transcripts.js"
-import type { Delivery, ExecAnswer, FrameEvent, Transcript } from "../support/CursorClient.js"
+import { assertCleanOk, clientFor, completedTool, shape, tempDirectory, toolCallOf } from "../support/Transcripts.js"
+import type { Delivery, ExecAnswer, FrameEvent } from "../support/CursorClient.js"
 import { answerEvents, assistant, call, providerDown, text, toolCalls, usage } from "../support/FakeRuntime.js"
 import type { Script } from "../support/FakeRuntime.js"
 import * as ServerHarness from "../support/ServerHarness.js"
@@ -39,23 +38,6 @@ const chunkedText = (chunks: ReadonlyArray<string>, used: Usage = usage(10, 5)):
     { _tag: "Done", reason: "stop", message }
   ]
   return { _tag: "Events", events }
-}
-
-const tempDirectory = Effect.acquireRelease(
-  Effect.sync(() => mkdtempSync(join(tmpdir(), "cursor-byok-ws-"))),
-  (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
-)
-
-const completedTool = (transcript: Transcript, callId: string): AgentServerMessage => {
-  const frame = transcript.frames.find((f) => f.event.kind === "tool_call_completed" && f.event.callId === callId)
-  assert.isDefined(frame, `no tool_call_completed for ${callId}`)
-  return frame!.message
-}
-
-const toolCallOf = (message: AgentServerMessage) => {
-  const m = message.message
-  if (m.case !== "interactionUpdate" || m.value.message.case !== "toolCallCompleted") throw new Error("not a tool_call_completed")
-  return m.value.message.value.toolCall!.tool
 }
 
 const toolResultTexts = (calls: ReadonlyArray<{ readonly request: { readonly messages: ReadonlyArray<unknown> } }>, index: number): ReadonlyArray<string> =>
@@ -179,7 +161,7 @@ describe("Transport end to end", () => {
 
   it.scopedLive("a read tool round trip against a real workspace: started, exec, completed with a typed result, result in the next request", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-ws-")
       writeFileSync(join(dir, "a.ts"), "export const a = 1\nexport const b = 2\n")
       const harness = yield* ServerHarness.make({
         scripts: [toolCalls(call("call-read", "Read", `{"path":"a.ts"}`)), text("a is 1")]
@@ -224,7 +206,7 @@ describe("Transport end to end", () => {
 
   it.scopedLive("an edit (StrReplace): read, write, EditSuccess with a diff, the file on disk changed", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-ws-")
       writeFileSync(join(dir, "b.ts"), "const greeting = \"hello\"\nconsole.log(greeting)\n")
       const harness = yield* ServerHarness.make({
         scripts: [
@@ -258,7 +240,7 @@ describe("Transport end to end", () => {
 
   it.scopedLive("a batch of workspace tools (Write, Ls, Glob, Grep content, Delete) all complete with typed results against the temp directory", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-ws-")
       mkdirSync(join(dir, "src"))
       writeFileSync(join(dir, "src", "main.ts"), "export const main = () => 42\n")
       writeFileSync(join(dir, "old.txt"), "bye\n")
@@ -327,7 +309,7 @@ describe("Transport end to end", () => {
 
   it.scopedLive("a shell command streams: tool_call_delta with stdout, ShellResult success with the exit code", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-ws-")
       const harness = yield* ServerHarness.make({
         scripts: [toolCalls(call("call-shell", "Shell", JSON.stringify({ command: "printf 'hello from shell\\n'; printf 'oops\\n' 1>&2; exit 3" }))), text("ran")]
       })
@@ -431,7 +413,7 @@ describe("Transport end to end", () => {
 
   it.scopedLive("cancel during a running shell command aborts its exec; the stream ends canceled", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-ws-")
       const harness = yield* ServerHarness.make({ scripts: [toolCalls(call("c-sleep", "Shell", JSON.stringify({ command: "printf 'started\\n'; sleep 30" })))] })
       const client = yield* clientFor(harness, { workspace: new LocalWorkspace(dir) })
       const turn = client.turn({ conversationId: "conv-cancel-shell", text: "sleep" })
@@ -548,7 +530,7 @@ describe("Transport end to end", () => {
   it.scopedLive("duplicated and shuffled BidiAppends give the same transcript as in-order delivery", () =>
     Effect.gen(function*() {
       // One directory for every run: paths (shell cwd, grep root) end up in the blobs.
-      const dir = yield* tempDirectory
+      const dir = yield* tempDirectory("cursor-byok-ws-")
       writeFileSync(join(dir, "a.ts"), "export const a = 1\n")
       const inOrder = yield* deliveryRun(dir, { _tag: "sequential" })
       assertCleanOk(inOrder.transcript)
