@@ -55,6 +55,11 @@ export const FileConfig = Schema.Struct({
   heartbeatMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 5000 }),
   /** A RunSSE for a request the server has no turn for (e.g. after a restart) is ended after this long. */
   orphanTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 30_000 }),
+  /**
+   * How long, after turn_ended, the server waits for the client to acknowledge the set_blob
+   * messages of the turn's checkpoint; past it the turn ends without the checkpoint.
+   */
+  blobAckTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 30_000 }),
   maxLlmCallsPerTurn: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 50 }),
   limits: Schema.optionalWith(Limits, { default: () => Schema.decodeSync(Limits)({}) }),
   retry: Schema.optional(RetryConfig),
@@ -75,6 +80,7 @@ export interface ServerConfig {
   readonly database: string
   readonly heartbeatMs: number
   readonly orphanTimeoutMs: number
+  readonly blobAckTimeoutMs: number
   readonly maxLlmCallsPerTurn: number
   readonly limits: typeof Limits.Type
   /** What the `Llm` router is built from: providers with their keys resolved. */
@@ -178,6 +184,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     database: env["BYOK_DB"] ?? file.database,
     heartbeatMs: file.heartbeatMs,
     orphanTimeoutMs: file.orphanTimeoutMs,
+    blobAckTimeoutMs: file.blobAckTimeoutMs,
     maxLlmCallsPerTurn: file.maxLlmCallsPerTurn,
     limits: file.limits,
     router: file.retry === undefined ? { providers: routed, models } : { providers: routed, models, retry: file.retry },

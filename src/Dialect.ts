@@ -939,10 +939,15 @@ export interface CheckpointInput {
 }
 
 export interface Checkpoint {
-  /** Every blob the checkpoint names, in the order to send them (children before parents). */
+  /**
+   * The blobs to send before the checkpoint, children before parents: every blob it names
+   * except those the client's previous checkpoint already names (the client holds those).
+   */
   readonly blobs: ReadonlyArray<Blob>
   readonly checkpoint: ConversationStateStructure
 }
+
+const hexOf = (bytes: Uint8Array): string => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("hex")
 
 const sameBytes = (a: Uint8Array, b: Uint8Array): boolean => a.length === b.length && a.every((byte, i) => byte === b[i])
 
@@ -951,12 +956,22 @@ const sameBytes = (a: Uint8Array, b: Uint8Array): boolean => a.length === b.leng
  * per assistant block (text, thinking, typed tool call), a ConversationTurnStructure naming them,
  * the transcript's prompt-message blobs, and the checkpoint naming all of it. Deterministic:
  * equal input gives equal bytes and blob ids, so re-publishing is harmless.
+ *
+ * Only new blobs are sent: a prompt message or turn the previous checkpoint already names is
+ * a blob the client stores, so a turn sends its own few blobs rather than the whole transcript
+ * again (which grew the set_blob burst, and its acknowledgements, with every turn).
  */
 export const projectCheckpoint = (input: CheckpointInput): Checkpoint => {
+  // Ids the client holds or that are already queued to send (hex).
+  const named = new Set([...(input.previous?.rootPromptMessagesJson ?? []), ...(input.previous?.turns ?? [])].map(hexOf))
   const blobs: Array<Blob> = []
   const add = (data: Uint8Array): Uint8Array => {
     const blob = blobOf(data)
-    if (!blobs.some((known) => sameBytes(known.id, blob.id))) blobs.push(blob)
+    const id = hexOf(blob.id)
+    if (!named.has(id)) {
+      named.add(id)
+      blobs.push(blob)
+    }
     return blob.id
   }
   const userMessageId = add(toBinary(UserMessageSchema, create(UserMessageSchema, {

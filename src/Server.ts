@@ -39,18 +39,20 @@ export const interruptedResult = (call: ToolCall): ToolResultMessage => ({
 })
 
 /**
- * Node's HTTP server with idle keep-alive sockets kept longer than clients keep theirs, so a
- * client does not send an append on a socket the server is closing at that moment (a reset).
- */
-/**
- * Where the server listens. The accept backlog is raised from Node's 511: a burst of new
- * connections (many Cursor windows reconnecting, each opening several sockets) overflowed it
- * in the 200-conversation load test, and a dropped SYN is retried by the client only after
- * 1, 2, 4 s, long enough for blob acknowledgements to time out. The kernel caps it at
- * net.core.somaxconn.
+ * Where the server listens. The accept backlog is raised from Node's 511 (the kernel caps it
+ * at net.core.somaxconn) so that a burst of new connections (many Cursor windows reconnecting,
+ * each opening several sockets) waits in the queue rather than being dropped. Note that Node
+ * 20's libuv accepts one connection per event-loop iteration: on a saturated server, where an
+ * iteration takes 10-20 ms, a queue of a thousand new connections takes many seconds to
+ * drain (measured in the load test: up to 1,500 queued, drained at 30-90 per second).
  */
 export const listenOptions = (port: number, host: string) => ({ port, host, backlog: 4096 })
 
+/**
+ * Node's HTTP server with idle keep-alive sockets kept longer than clients keep theirs, so a
+ * client does not send an append on a socket the server is closing at that moment (a reset),
+ * and reuses its connections rather than opening new ones.
+ */
 export const makeHttpServer = () => {
   const server = createServer()
   server.keepAliveTimeout = 65_000
@@ -62,6 +64,7 @@ export const transportOptions = (config: ServerConfig): Transport.TransportOptio
   ...Transport.defaultTransportOptions,
   heartbeatMs: config.heartbeatMs,
   orphanTimeoutMs: config.orphanTimeoutMs,
+  blobAckTimeoutMs: config.blobAckTimeoutMs,
   bidiAppendMaxBytes: config.limits.bidiAppendBytes,
   runSseMaxBytes: config.limits.runSseRequestBytes,
   appendWindow: config.limits.appendWindow,

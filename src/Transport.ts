@@ -86,7 +86,7 @@ export const defaultTransportOptions: TransportOptions = {
   appendWindow: 1024,
   appendAckTimeoutMs: 4_000,
   gapGraceMs: 1_000,
-  blobAckTimeoutMs: 10_000,
+  blobAckTimeoutMs: 30_000,
   finishedRetentionMs: 30_000,
   idleRetentionMs: 10 * 60_000,
   orphanTimeoutMs: 30_000,
@@ -939,7 +939,7 @@ export const make = (options: TransportOptions) =>
     const finish = (turn: TurnRef, outcome: TurnOutcome, state: ConversationState, usage: Usage) =>
       Effect.flatMap(turnSession(turn), (session) => sendTurnEnd(session, turn, outcome, state, usage))
 
-    /** What ends a turn on the wire, once: turn_ended, the blobs and the checkpoint (a final answer), end-stream. */
+    /** What ends a turn on the wire, once: the blobs and turn_ended, then (a final answer, once the blobs are acknowledged) the checkpoint, then end-stream. */
     const sendTurnEnd = (session: Session, turn: TurnRef, outcome: TurnOutcome, state: ConversationState, usage: Usage) =>
       Effect.gen(function*() {
         if (session.finishing) return
@@ -952,11 +952,15 @@ export const make = (options: TransportOptions) =>
           yield* endSession(session, end.end)
           return
         }
-        // Blobs first; the checkpoint names them, so it goes out only once all are acknowledged.
+        // As the real server orders it: the set_blob messages, then turn_ended (Cursor shows
+        // the turn done at once), then the wait for the acknowledgements (heartbeats keep the
+        // stream open), then the checkpoint, which names the blobs and so goes out only once
+        // all of them are acknowledged, and the end-stream.
         const checkpoint = projectTurn(session, turn, state, usage)
+        const acks = yield* sendBlobs(session, checkpoint.blobs)
+        yield* write(session, end.messages)
         yield* FiberSet.run(background, Effect.gen(function*() {
-          const acknowledged = yield* storeBlobs(session, checkpoint.blobs)
-          yield* write(session, end.messages)
+          const acknowledged = yield* awaitBlobAcks(acks)
           if (acknowledged) yield* write(session, [Dialect.encodeCheckpoint(checkpoint.checkpoint)])
           else yield* Effect.logWarning(`transport: the client did not acknowledge the blobs of ${session.requestId}; checkpoint not published`)
           yield* endSession(session, end.end)
@@ -986,8 +990,8 @@ export const make = (options: TransportOptions) =>
       })
     }
 
-    /** Sends `set_blob` for each blob and waits for every acknowledgement (false on an error or a timeout). */
-    const storeBlobs = (session: Session, blobs: ReadonlyArray<Dialect.Blob>) =>
+    /** Sends `set_blob` for each blob; the acknowledgements to wait for. */
+    const sendBlobs = (session: Session, blobs: ReadonlyArray<Dialect.Blob>) =>
       Effect.gen(function*() {
         const acks: Array<Deferred.Deferred<boolean>> = []
         const messages: Array<AgentServerMessage> = []
@@ -1000,11 +1004,15 @@ export const make = (options: TransportOptions) =>
           messages.push(sent.message)
         }
         yield* write(session, messages)
-        const results = yield* Effect.all(acks.map(Deferred.await), { concurrency: "unbounded" }).pipe(
-          Effect.timeoutTo({ duration: Duration.millis(options.blobAckTimeoutMs), onSuccess: (r) => r, onTimeout: () => [false] })
-        )
-        return results.every((ok) => ok)
+        return acks
       })
+
+    /** Waits for every acknowledgement: false on an error, on the end of the session or after `blobAckTimeoutMs`. */
+    const awaitBlobAcks = (acks: ReadonlyArray<Deferred.Deferred<boolean>>) =>
+      Effect.all(acks.map(Deferred.await), { concurrency: "unbounded" }).pipe(
+        Effect.timeoutTo({ duration: Duration.millis(options.blobAckTimeoutMs), onSuccess: (r) => r, onTimeout: () => [false] }),
+        Effect.map((results) => results.every((ok) => ok))
+      )
 
     const gateway = ClientGateway.of({ publish, dispatch, abort, finish })
 

@@ -10,6 +10,7 @@ describe("Config", () => {
     assert.strictEqual(config.host, "127.0.0.1")
     assert.strictEqual(config.port, 8787)
     assert.strictEqual(config.database, "./data/byok.sqlite")
+    assert.strictEqual(config.blobAckTimeoutMs, 30_000)
     assert.strictEqual(config.router.providers.length, 0)
     assert.isTrue(config.notices.some((n) => n.includes("no provider is configured")))
   })

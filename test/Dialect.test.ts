@@ -560,6 +560,47 @@ describe("KV and checkpoints", () => {
     assert.strictEqual(published.case, "conversationCheckpointUpdate")
   })
 
+  it("a checkpoint sends only the blobs the client's previous checkpoint does not name: a later turn's set_blob burst does not grow with the transcript", () => {
+    const first: Array<Message> = [{ role: "user", content: [{ type: "text", text: "hi" }] }, assistant([{ type: "text", text: "Hello." }], usage(1, 1))]
+    const base = {
+      requestId: "req-1",
+      userMessage: { text: "hi", messageId: "m1", mode: "agent" as const },
+      cursorToolCalls: {},
+      pendingToolCalls: [],
+      todos: [],
+      usedTokens: 10,
+      maxTokens: 200_000,
+      workspaceUris: [],
+      mcpTools: []
+    }
+    const turn1 = projectCheckpoint({ ...base, previous: undefined, turnMessages: first.slice(1), transcript: first })
+    // user blob, one step, the turn, two prompt messages
+    assert.strictEqual(turn1.blobs.length, 5)
+    const second: Array<Message> = [...first, { role: "user", content: [{ type: "text", text: "again" }] }, assistant([{ type: "text", text: "Again." }], usage(1, 1))]
+    const turn2 = projectCheckpoint({
+      ...base,
+      requestId: "req-2",
+      userMessage: { text: "again", messageId: "m2", mode: "agent" as const },
+      previous: turn1.checkpoint,
+      turnMessages: second.slice(3),
+      transcript: second
+    })
+    const sent = new Set(turn2.blobs.map((blob) => bytesToHex(blob.id)))
+    const held = new Set([...turn1.checkpoint.rootPromptMessagesJson, ...turn1.checkpoint.turns].map(bytesToHex))
+    // the same five kinds of blob, none of them one the client already holds
+    assert.strictEqual(turn2.blobs.length, 5)
+    for (const id of held) assert.isFalse(sent.has(id))
+    // ...while the checkpoint still names the whole transcript and both turns, each held or sent
+    assert.strictEqual(turn2.checkpoint.rootPromptMessagesJson.length, 4)
+    assert.strictEqual(turn2.checkpoint.turns.length, 2)
+    for (const id of [...turn2.checkpoint.rootPromptMessagesJson, ...turn2.checkpoint.turns].map(bytesToHex)) {
+      assert.isTrue(sent.has(id) || held.has(id), `${id} neither held nor sent`)
+    }
+    // without the previous checkpoint (a turn recovered after a restart) everything is sent again: harmless, never missing
+    const unknown = projectCheckpoint({ ...base, previous: undefined, turnMessages: second.slice(3), transcript: second })
+    assert.strictEqual(unknown.blobs.length, 3 + 4)
+  })
+
   it("a run request's settings keep what a later process needs for the turn's checkpoint: the user message id, the earlier turns and todos (not the client's other, larger fields)", () => {
     const earlier = [new Uint8Array(32).fill(7), new Uint8Array(32).fill(8)]
     const todo = create(TodoItemSchema, { id: "t1", content: "write tests", status: TodoStatus.PENDING })

@@ -646,6 +646,8 @@ export interface CursorClientOptions {
   /** Echo `exec_id` in exec answers (the IDE does not). */
   readonly echoExecId?: boolean
   readonly extraHeaders?: Readonly<Record<string, string>>
+  /** `held`: set_blob acknowledgements wait for `Turn.releaseBlobAcks()` (default: sent at once). */
+  readonly blobAcks?: "atOnce" | "held"
 }
 
 export interface TurnOptions extends RunRequestSpec {
@@ -767,6 +769,9 @@ export class Turn {
   private burst: Array<BurstItem> = []
   private burstChain: Promise<void> = Promise.resolve()
   private readonly random: () => number
+  /** set_blob acknowledgements held back (`blobAcks: "held"`), and whether they were released. */
+  private heldBlobAcks: Array<() => void> = []
+  private blobAcksReleased = false
 
   constructor(readonly client: CursorClient, readonly options: TurnOptions) {
     this.requestId = options.requestId ?? randomUUID()
@@ -946,6 +951,15 @@ export class Turn {
     return this.send(userMessageAction(text, mode))
   }
 
+  /** Sends the set_blob acknowledgements held so far (`blobAcks: "held"`), and any later ones at once; how many were held. */
+  releaseBlobAcks(): number {
+    this.blobAcksReleased = true
+    const held = this.heldBlobAcks
+    this.heldBlobAcks = []
+    held.forEach((ack) => ack())
+    return held.length
+  }
+
   cancel(reason = "user_stopped_generation"): Promise<number> {
     return this.send(cancelAction(reason))
   }
@@ -1073,7 +1087,9 @@ export class Turn {
           const expected = sha256Hex(kv.value.blobData)
           if (toHex(kv.value.blobId) !== expected) this.problems.push(`blob ${toHex(kv.value.blobId)} is not the SHA-256 of its data (${expected})`)
           this.client.blobs.set(toHex(kv.value.blobId), kv.value.blobData)
-          void this.send({ message: { case: "kvClientMessage", value: { id, message: { case: "setBlobResult", value: {} } } } })
+          const ack = () => void this.send({ message: { case: "kvClientMessage", value: { id, message: { case: "setBlobResult", value: {} } } } })
+          if (this.client.options.blobAcks === "held" && !this.blobAcksReleased) this.heldBlobAcks.push(ack)
+          else ack()
         } else if (kv.case === "getBlobArgs") {
           const data = this.client.blobs.get(toHex(kv.value.blobId))
           void this.send({

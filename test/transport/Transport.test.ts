@@ -487,6 +487,28 @@ describe("Transport end to end", () => {
       assert.strictEqual(closed.text, "saw u")
     }))
 
+  it.scopedLive("the end of a turn in the real server's order: set_blob and turn_ended at once, the checkpoint only after every blob is acknowledged, then the end-stream", () =>
+    Effect.gen(function*() {
+      const harness = yield* ServerHarness.make({ scripts: [chunkedText(["held ", "acks"], usage(1, 1))], transport: { blobAckTimeoutMs: 20_000 } })
+      const client = yield* clientFor(harness, { blobAcks: "held" })
+      const turn = client.turn({ conversationId: "conv-held-acks", text: "go" })
+      // turn_ended arrives while no blob is acknowledged yet: Cursor shows the turn done at once.
+      yield* Effect.promise(() => turn.waitFor((f) => f.event.kind === "turn_ended"))
+      const before = turn.transcript()
+      assert.isTrue(before.events.some((e) => e.kind === "kv_set"))
+      assert.isFalse(before.events.some((e) => e.kind === "checkpoint"))
+      assert.isUndefined(before.end)
+      const held = turn.releaseBlobAcks()
+      assert.strictEqual(held, before.events.filter((e) => e.kind === "kv_set").length)
+      const transcript = yield* Effect.promise(() => turn.done)
+      assertCleanOk(transcript)
+      assert.deepStrictEqual(shape(transcript), ["text_delta", "kv_set", "turn_ended", "checkpoint"])
+      // every blob the checkpoint names was sent before it
+      const sent = new Set(transcript.events.flatMap((e) => (e.kind === "kv_set" ? [e.blobId] : [])))
+      const checkpoint = transcript.checkpoints[0]!
+      for (const id of [...checkpoint.rootPromptMessagesJson, ...checkpoint.turns]) assert.isTrue(sent.has(toHex(id)))
+    }))
+
   it.scopedLive("twenty turns at once on twenty conversations all end cleanly", () =>
     Effect.gen(function*() {
       // A generous blob-ack timeout: on a loaded 2-core machine 20 turns' acks can take seconds.
