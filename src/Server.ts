@@ -114,7 +114,10 @@ export const layerApp = (config: ServerConfig) => {
   const http = HttpMiddleware.withTracerDisabledWhen(HttpLayerRouter.serve(routes, { disableLogger: true }), () => true)
   return http.pipe(
     Layer.provide(Layer.mergeAll(Transport.layerBindRunner, Recovery)),
-    Layer.provideMerge(core)
+    Layer.provideMerge(core),
+    // No spans anywhere (nothing exports traces): every SQL statement, transaction and outbound
+    // HTTP call made a span, with its attributes, per use.
+    Layer.provide(Layer.setTracerEnabled(false))
   )
 }
 

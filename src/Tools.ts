@@ -254,15 +254,17 @@ const AGENT: ReadonlyArray<Exclude<ToolKind, "mcp">> = ["shell", "read", "write"
  * everything including MCP tools. The order is fixed so that the tool list (part of the
  * provider's prompt cache key) is stable across turns.
  */
-export const toolCatalog = (mode: CursorMode, mcpTools: ReadonlyArray<McpToolDescriptor>): ReadonlyArray<ToolDefinition> => {
-  switch (mode) {
-    case "ask":
-      return READ_ONLY.map((kind) => definitions[kind])
-    case "plan":
-      return [...READ_ONLY, "todoWrite" as const].map((kind) => definitions[kind])
-    case "agent":
-      return [...AGENT.map((kind) => definitions[kind]), ...mcpTools.map(mcpDefinition)]
-  }
+export const toolCatalog = (mode: CursorMode, mcpTools: ReadonlyArray<McpToolDescriptor>): ReadonlyArray<ToolDefinition> =>
+  mode === "agent" && mcpTools.length > 0 ? [...nativeCatalogs.agent, ...mcpTools.map(mcpDefinition)] : nativeCatalogs[mode]
+
+/**
+ * Each mode's native tools, built once: the same list object every turn, so what is derived
+ * from it (its canonical JSON and hash, `Llm.toolsHash`) is computed once, not per model call.
+ */
+const nativeCatalogs: Readonly<Record<CursorMode, ReadonlyArray<ToolDefinition>>> = {
+  ask: READ_ONLY.map((kind) => definitions[kind]),
+  plan: [...READ_ONLY, "todoWrite" as const].map((kind) => definitions[kind]),
+  agent: AGENT.map((kind) => definitions[kind])
 }
 
 // =============================================================================
