@@ -31,6 +31,9 @@ import {
   ConversationTokenDetailsSchema,
   ConversationTurnStructureSchema,
   InteractionUpdateSchema,
+  RequestContextMcpsPartSchema,
+  RequestContextRulesPartSchema,
+  RequestContextSchema,
   ThinkingStyle,
   TodoItemSchema,
   ToolCallSchema,
@@ -120,8 +123,22 @@ export interface RunRequest {
   readonly conversationState: ConversationStateStructure | undefined
   /** In `ref_only` context transport the rules / skills / subagents / MCP parts are blobs to fetch with get_blob. */
   readonly requestContextParts: RequestContextPartReferences | undefined
+  /**
+   * The parts of the request context to read back from the client's blob store before the turn
+   * starts (`ref_only` context transport: the run request names them instead of carrying them;
+   * without them the rules and MCP tools would be missing). Empty when the context came inline.
+   * Give what was read to `withContextParts`.
+   */
+  readonly contextToFetch: ReadonlyArray<ContextPartRef>
   /** The whole request, for fields this module does not lift out. */
   readonly raw: AgentRunRequest
+}
+
+/** A request-context part kept in the client's blob store: its id (SHA-256 of the bytes) and length. */
+export interface ContextPartRef {
+  readonly part: "rules" | "mcps"
+  readonly blobId: Uint8Array
+  readonly byteLength: number
 }
 
 export type ClientMessage = Data.TaggedEnum<{
@@ -361,11 +378,75 @@ const contextOf = (context: RequestContext | undefined): Array<UserContent> =>
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
     .map(([path, content]) => ({ type: "text" as const, text: `<attached_file path="${path}">\n${content}\n</attached_file>` }))
 
-const decodeRunRequest = (request: AgentRunRequest): RunRequest => {
+/**
+ * The request context a run request carries: inline (legacy and dual transport), else the
+ * `dynamic_context` of its part references (ref_only, where rules, skills, subagents and MCP
+ * definitions are blobs the client holds), with the parts read back so far (`fetched`).
+ */
+const requestContextOf = (request: AgentRunRequest): RequestContext | undefined => {
   const action = request.action?.action
-  const requestContext = action?.case === "userMessageAction" || action?.case === "resumeAction" || action?.case === "startPlanAction"
+  const inline = action?.case === "userMessageAction" || action?.case === "resumeAction" || action?.case === "startPlanAction"
     ? action.value.requestContext
     : undefined
+  return inline ?? request.action?.requestContextParts?.dynamicContext
+}
+
+/** The parts to read back: only in ref_only transport (no inline context), only those this server uses (rules, MCP tools). */
+const contextToFetchOf = (request: AgentRunRequest): ReadonlyArray<ContextPartRef> => {
+  const action = request.action?.action
+  const parts = request.action?.requestContextParts
+  const inline = action?.case === "userMessageAction" || action?.case === "resumeAction" || action?.case === "startPlanAction"
+    ? action.value.requestContext
+    : undefined
+  if (parts === undefined || inline !== undefined) return []
+  const refs: Array<ContextPartRef> = []
+  if (parts.rulesBlobId.length > 0) refs.push({ part: "rules", blobId: parts.rulesBlobId, byteLength: parts.rulesByteLength })
+  if (parts.mcpsBlobId.length > 0) refs.push({ part: "mcps", blobId: parts.mcpsBlobId, byteLength: parts.mcpsByteLength })
+  return refs
+}
+
+/**
+ * The run request with the context parts read back from the client merged into its request
+ * context (rules and MCP tools), as if they had come inline. A part that is missing, does not
+ * match its id or length, or does not decode is left out, and says so in `problems`: the turn
+ * goes on without it rather than failing.
+ */
+export const withContextParts = (
+  run: RunRequest,
+  fetched: Partial<Record<ContextPartRef["part"], Uint8Array>>
+): { readonly run: RunRequest; readonly problems: ReadonlyArray<string> } => {
+  const problems: Array<string> = []
+  const context = clone(RequestContextSchema, requestContextOf(run.raw) ?? create(RequestContextSchema))
+  for (const ref of run.contextToFetch) {
+    const data = fetched[ref.part]
+    if (data === undefined) {
+      problems.push(`the ${ref.part} part of the request context was not read back`)
+      continue
+    }
+    if (bytesToHex(blobIdOf(data)) !== bytesToHex(ref.blobId) || (ref.byteLength > 0 && data.length !== ref.byteLength)) {
+      problems.push(`the ${ref.part} part of the request context does not match its id or length`)
+      continue
+    }
+    try {
+      if (ref.part === "rules") {
+        const part = fromBinary(RequestContextRulesPartSchema, data)
+        context.rules = part.rules
+        context.nonFileRules = part.nonFileRules
+        if (part.cloudRule !== undefined) context.cloudRule = part.cloudRule
+      } else {
+        context.tools = fromBinary(RequestContextMcpsPartSchema, data).tools
+      }
+    } catch (cause) {
+      problems.push(`the ${ref.part} part of the request context does not decode: ${String(cause)}`)
+    }
+  }
+  return { run: { ...decodeRunRequestIn(run.raw, context), contextToFetch: [] }, problems }
+}
+
+const decodeRunRequest = (request: AgentRunRequest): RunRequest => decodeRunRequestIn(request, requestContextOf(request))
+
+const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestContext | undefined): RunRequest => {
+  const action = request.action?.action
   const userMessage = action?.case === "userMessageAction" || action?.case === "startPlanAction" ? action.value.userMessage : undefined
   // Start-plan is a user turn in plan mode, whatever mode the message itself says.
   const mode = action?.case === "startPlanAction"
@@ -390,7 +471,8 @@ const decodeRunRequest = (request: AgentRunRequest): RunRequest => {
     mode,
     workspace,
     mcpTools,
-    rules: (requestContext?.rules ?? []).map((rule) => ({ path: rule.fullPath, content: rule.content })),
+    // The workspace's rule files, then the rules that are not files (the user's and the team's).
+    rules: [...(requestContext?.rules ?? []), ...(requestContext?.nonFileRules ?? [])].map((rule) => ({ path: rule.fullPath, content: rule.content })),
     modelParameters: parameters,
     maxMode: request.requestedModel?.maxMode ?? request.modelDetails?.maxMode ?? false,
     ...(request.customSystemPrompt !== undefined ? { customSystemPrompt: request.customSystemPrompt } : {}),
@@ -430,6 +512,7 @@ const decodeRunRequest = (request: AgentRunRequest): RunRequest => {
     workspace,
     conversationState: request.conversationState,
     requestContextParts: request.action?.requestContextParts,
+    contextToFetch: contextToFetchOf(request),
     raw: request
   }
 }

@@ -61,7 +61,7 @@ export const buildPrompt = (context: PromptContext): string => {
   if (workspace.length > 0) sections.push(`<environment>\n${workspace.join("\n")}\n</environment>`)
   const rules = (Array.isArray(options["rules"]) ? options["rules"] : []) as ReadonlyArray<Rule>
   const ruleTexts = rules.filter((rule) => (rule.content ?? "") !== "").map((rule) =>
-    `<rule path="${rule.path ?? ""}">\n${rule.content}\n</rule>`
+    (rule.path ?? "") === "" ? `<rule>\n${rule.content}\n</rule>` : `<rule path="${rule.path}">\n${rule.content}\n</rule>`
   )
   if (ruleTexts.length > 0) sections.push(`The user's rules for this workspace; follow them:\n${ruleTexts.join("\n")}`)
   if (typeof custom === "string" && custom.trim() !== "") sections.push(custom.trim())

@@ -63,6 +63,8 @@ export interface TransportOptions {
   readonly gapGraceMs: number
   /** How long the end of a turn waits for the client to acknowledge the checkpoint's blobs. */
   readonly blobAckTimeoutMs: number
+  /** How long a turn waits for the request-context parts it reads back (ref_only transport) before starting without them. */
+  readonly contextFetchTimeoutMs: number
   /** How long a finished request's output stays available to a reconnecting RunSSE. */
   readonly finishedRetentionMs: number
   /** A request that never becomes a turn (no run request) is forgotten after this long. */
@@ -87,6 +89,7 @@ export const defaultTransportOptions: TransportOptions = {
   appendAckTimeoutMs: 4_000,
   gapGraceMs: 1_000,
   blobAckTimeoutMs: 30_000,
+  contextFetchTimeoutMs: 10_000,
   finishedRetentionMs: 30_000,
   idleRetentionMs: 10 * 60_000,
   orphanTimeoutMs: 30_000,
@@ -142,6 +145,14 @@ interface Session {
   readonly cursorToolCalls: Record<string, CursorToolCall>
   readonly operations: Map<string, RunningOperation>
   readonly blobAcks: Map<number, Deferred.Deferred<boolean>>
+  /** get_blob reads in flight (request-context parts), by KV id: the blob, or undefined on an error. */
+  readonly blobReads: Map<number, Deferred.Deferred<Uint8Array | undefined>>
+  /**
+   * Set while the run request's context parts are read back, before its turn starts: follow-ups
+   * and cancels that arrive meanwhile run after the start, in order (each waits for this one,
+   * and becomes the one the next waits for).
+   */
+  startGate: Deferred.Deferred<void> | undefined
   /** Serializes this request's appends: the inbox and what it hands on. */
   readonly lock: Effect.Semaphore
   finishing: boolean
@@ -221,6 +232,8 @@ export const make = (options: TransportOptions) =>
         cursorToolCalls: {},
         operations: new Map(),
         blobAcks: new Map(),
+        blobReads: new Map(),
+        startGate: undefined,
         lock,
         finishing: false,
         adopted: false,
@@ -335,6 +348,7 @@ export const make = (options: TransportOptions) =>
       Effect.gen(function*() {
         session.finishedAtMs = yield* now
         for (const ack of session.blobAcks.values()) yield* Deferred.succeed(ack, false)
+        for (const read of session.blobReads.values()) yield* Deferred.succeed(read, undefined)
         yield* session.channel.close(endFrameOf(end))
       })
 
@@ -459,9 +473,11 @@ export const make = (options: TransportOptions) =>
         case "UserMessage":
           return conversationId === undefined
             ? Effect.logWarning("transport: a follow-up message arrived before any run request; dropped")
-            : submitDurably(durable, conversationId, Input.UserMessage({ message: message.message }), inputId)
+            : afterStart(session, durable, (wait) => submitDurably(wait, conversationId, Input.UserMessage({ message: message.message }), inputId))
         case "Cancel":
-          return conversationId === undefined ? Effect.void : submitDurably(durable, conversationId, Input.Cancel({ reason: message.reason }), inputId)
+          return conversationId === undefined
+            ? Effect.void
+            : afterStart(session, durable, (wait) => submitDurably(wait, conversationId, Input.Cancel({ reason: message.reason }), inputId))
         case "ExecResult":
           return onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), true, durable)
         case "ExecStream":
@@ -471,6 +487,14 @@ export const make = (options: TransportOptions) =>
         case "KvResult": {
           const resolved = Dialect.resolveKv(session.correlation, message.id)
           session.correlation = resolved.correlation
+          const read = session.blobReads.get(message.id)
+          if (read !== undefined) {
+            session.blobReads.delete(message.id)
+            if (message.error !== undefined && message.error !== "") {
+              return Effect.zipRight(Effect.logWarning(`transport: the client could not read back blob ${message.id}: ${message.error}`), Deferred.succeed(read, undefined))
+            }
+            return Deferred.succeed(read, message.data ?? new Uint8Array()).pipe(Effect.asVoid)
+          }
           const ack = session.blobAcks.get(message.id)
           if (ack === undefined) return Effect.logDebug(`transport: KV answer ${message.id} matches no request; dropped`)
           session.blobAcks.delete(message.id)
@@ -495,10 +519,9 @@ export const make = (options: TransportOptions) =>
         session.conversationId = conversationId
         switch (run.action._tag) {
           case "StartTurn": {
-            const { start } = run.action
             if (run.action.userMessageId !== "") session.turnKey = run.action.userMessageId
-            const settings = { ...start.settings, options: { ...start.settings.options, requestId: session.requestId } }
-            yield* submitDurably(durable, conversationId, Input.Start({ ...start, settings }), inputIdOf(session, seqno))
+            if (run.contextToFetch.length > 0) return yield* startAfterContext(session, seqno, run, durable)
+            yield* startTurn(session, seqno, conversationId, run.action, durable)
             return
           }
           case "Resume":
@@ -516,6 +539,95 @@ export const make = (options: TransportOptions) =>
             }))
             return
         }
+      })
+
+    const startTurn = (
+      session: Session,
+      seqno: number,
+      conversationId: string,
+      action: Extract<Dialect.RunAction, { _tag: "StartTurn" }>,
+      durable: Array<Effect.Effect<void>>
+    ) => {
+      const { start } = action
+      const settings = { ...start.settings, options: { ...start.settings.options, requestId: session.requestId } }
+      return submitDurably(durable, conversationId, Input.Start({ ...start, settings }), inputIdOf(session, seqno))
+    }
+
+    /**
+     * READING BACK THE REQUEST CONTEXT. In Cursor's ref_only context transport the run request
+     * names its rules and MCP tool definitions by blob id instead of carrying them (from the
+     * second turn of a conversation on). The turn would start without them, so they are read
+     * back first: one get_blob per part, answered by the client's KV results in later appends
+     * (which are handed on meanwhile: this waits in the background, not in the inbox). Then the
+     * turn starts with them merged in (`Dialect.withContextParts`); a part that does not come
+     * within `contextFetchTimeoutMs`, or does not match its id, is left out with a warning. The
+     * run request's acknowledgement waits for the start's commit, as always; follow-ups and
+     * cancels that arrive meanwhile wait for the start (`afterStart`).
+     */
+    const startAfterContext = (session: Session, seqno: number, run: RunRequest, durable: Array<Effect.Effect<void>>) =>
+      Effect.gen(function*() {
+        const reads: Array<readonly [Dialect.ContextPartRef["part"], Deferred.Deferred<Uint8Array | undefined>]> = []
+        const messages: Array<AgentServerMessage> = []
+        for (const ref of run.contextToFetch) {
+          const sent = Dialect.encodeGetBlob(session.correlation, ref.blobId)
+          session.correlation = sent.correlation
+          const read = yield* Deferred.make<Uint8Array | undefined>()
+          session.blobReads.set(sent.kvId, read)
+          reads.push([ref.part, read])
+          messages.push(sent.message)
+        }
+        yield* write(session, messages)
+        const started = yield* Deferred.make<void>()
+        session.startGate = started
+        durable.push(Deferred.await(started))
+        const timeout = Duration.millis(options.contextFetchTimeoutMs)
+        yield* FiberSet.run(background, Effect.gen(function*() {
+          const fetched: Partial<Record<Dialect.ContextPartRef["part"], Uint8Array>> = {}
+          yield* Effect.forEach(reads, ([part, read]) =>
+            Deferred.await(read).pipe(
+              Effect.timeoutTo({ duration: timeout, onSuccess: (data) => data, onTimeout: () => undefined }),
+              Effect.map((data) => {
+                if (data !== undefined) fetched[part] = data
+              })
+            ), { concurrency: "unbounded", discard: true })
+          const merged = Dialect.withContextParts(run, fetched)
+          for (const problem of merged.problems) yield* Effect.logWarning(`transport: ${session.requestId}: ${problem}; the turn starts without it`)
+          if (session.finishedAtMs !== undefined || merged.run.action._tag !== "StartTurn") return
+          session.run = merged.run
+          const committed: Array<Effect.Effect<void>> = []
+          yield* startTurn(session, seqno, conversationOf(session, merged.run), merged.run.action, committed)
+          yield* Effect.all(committed, { discard: true })
+        }).pipe(Effect.ensuring(Effect.suspend(() => {
+          if (session.startGate === started) session.startGate = undefined
+          return Deferred.succeed(started, undefined)
+        }))))
+      })
+
+    /**
+     * Runs `submit` (a follow-up's or a cancel's) now, or, while the run request's context is
+     * read back (`startGate`), once the turn has started and every earlier such message went in.
+     */
+    const afterStart = (
+      session: Session,
+      durable: Array<Effect.Effect<void>>,
+      submit: (durable: Array<Effect.Effect<void>>) => Effect.Effect<void>
+    ): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        const gate = session.startGate
+        if (gate === undefined) return yield* submit(durable)
+        const done = yield* Deferred.make<void>()
+        session.startGate = done
+        durable.push(Deferred.await(done))
+        yield* FiberSet.run(background, Deferred.await(gate).pipe(
+          Effect.zipRight(Effect.suspend(() => {
+            const waits: Array<Effect.Effect<void>> = []
+            return Effect.zipRight(submit(waits), Effect.all(waits, { discard: true }))
+          })),
+          Effect.ensuring(Effect.suspend(() => {
+            if (session.startGate === done) session.startGate = undefined
+            return Deferred.succeed(done, undefined)
+          }))
+        ))
       })
 
     /** The conversation a run request is for: its conversation id, else the request id. */

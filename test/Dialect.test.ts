@@ -22,6 +22,7 @@ import {
   ToolCallSchema,
   UserMessageSchema
 } from "../src/gen/agent/v1/agent_pb.js"
+import { RequestContextMcpsPartSchema, RequestContextRulesPartSchema } from "../src/gen/agent/v1/agent_pb.js"
 import type { AgentServerMessage } from "../src/gen/agent/v1/agent_pb.js"
 import { BidiAppendRequestSchema, BidiRequestIdSchema, ErrorDetails_Error } from "../src/gen/aiserver/v1/aiserver_pb.js"
 import {
@@ -61,6 +62,7 @@ import {
   toFrame,
   todosOf,
   turnUserMessageOf,
+  withContextParts,
   workspacePathsOf
 } from "../src/Dialect.js"
 import type { BidiEnvelope, ClientMessage, TurnCorrelation } from "../src/Dialect.js"
@@ -599,6 +601,58 @@ describe("KV and checkpoints", () => {
     // without the previous checkpoint (a turn recovered after a restart) everything is sent again: harmless, never missing
     const unknown = projectCheckpoint({ ...base, previous: undefined, turnMessages: second.slice(3), transcript: second })
     assert.strictEqual(unknown.blobs.length, 3 + 4)
+  })
+
+  it("ref_only context: the parts named by blob id are to be read back (only without an inline context), then merged as if inline; a part that does not match its id is left out", () => {
+    const rules = toBinary(RequestContextRulesPartSchema, create(RequestContextRulesPartSchema, {
+      rules: [{ fullPath: "/w/AGENTS.md", content: "be brief" }],
+      nonFileRules: [{ fullPath: "", content: "user rule" }]
+    }))
+    const mcps = toBinary(RequestContextMcpsPartSchema, create(RequestContextMcpsPartSchema, {
+      tools: [{ name: "lookup", providerIdentifier: "docs", toolName: "lookup", inputSchemaJson: "{\"type\":\"object\"}" }]
+    }))
+    const sha = (data: Uint8Array) => new Uint8Array(createHash("sha256").update(data).digest())
+    const parts = {
+      rulesBlobId: sha(rules),
+      rulesByteLength: rules.length,
+      mcpsBlobId: sha(mcps),
+      mcpsByteLength: mcps.length,
+      skillsBlobId: new Uint8Array(32).fill(3),
+      dynamicContext: { env: { workspacePaths: ["/w"] } }
+    }
+    const userMessage = { text: "go", messageId: "m-1", mode: AgentMode.AGENT }
+    const refOnly = decodeMessage("RunRequest", {
+      case: "runRequest",
+      value: { conversationId: "c", action: { action: { case: "userMessageAction", value: { userMessage } }, requestContextParts: parts } }
+    })
+    // Rules and MCP tools are read back; skills (which this server does not use) are not.
+    assert.deepStrictEqual(refOnly.contextToFetch.map((ref) => ref.part), ["rules", "mcps"])
+    // The environment comes from dynamic_context meanwhile.
+    assert.deepStrictEqual(refOnly.workspace.workspacePaths, ["/w"])
+    assert.deepStrictEqual(refOnly.mcpTools, [])
+    const merged = withContextParts(refOnly, { rules, mcps })
+    assert.deepStrictEqual(merged.problems, [])
+    assert.deepStrictEqual(merged.run.contextToFetch, [])
+    assert.deepStrictEqual(merged.run.mcpTools.map((tool) => tool.toolName), ["lookup"])
+    assert.deepStrictEqual(merged.run.workspace.workspacePaths, ["/w"])
+    const start = merged.run.action
+    if (start._tag !== "StartTurn") return assert.fail("expected a turn start")
+    assert.deepStrictEqual(start.start.settings.options["rules"], [{ path: "/w/AGENTS.md", content: "be brief" }, { path: "", content: "user rule" }])
+    assert.deepStrictEqual(start.start.settings.options["mcpTools"], merged.run.mcpTools)
+    // Bytes that are not the named blob (or a part not read back) are left out, and said so.
+    const wrong = withContextParts(refOnly, { rules: mcps })
+    assert.strictEqual(wrong.problems.length, 2)
+    assert.deepStrictEqual(wrong.run.mcpTools, [])
+    // Dual transport (inline context and part references): nothing to read back.
+    const dual = decodeMessage("RunRequest", {
+      case: "runRequest",
+      value: {
+        conversationId: "c",
+        action: { action: { case: "userMessageAction", value: { userMessage, requestContext: { env: { workspacePaths: ["/x"] } } } }, requestContextParts: parts }
+      }
+    })
+    assert.deepStrictEqual(dual.contextToFetch, [])
+    assert.deepStrictEqual(dual.workspace.workspacePaths, ["/x"])
   })
 
   it("a run request's settings keep what a later process needs for the turn's checkpoint: the user message id, the earlier turns and todos (not the client's other, larger fields)", () => {

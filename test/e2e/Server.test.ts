@@ -11,7 +11,9 @@ import { readFileSync, writeFileSync } from "node:fs"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import { join } from "node:path"
+import { create, toBinary } from "@bufbuild/protobuf"
 import * as Dialect from "../../src/Dialect.js"
+import { RequestContextMcpsPartSchema, RequestContextRulesPartSchema } from "../../src/gen/agent/v1/agent_pb.js"
 import type { Message } from "../../src/Llm.js"
 import * as Prompt from "../../src/Prompt.js"
 import * as AppHarness from "../support/AppHarness.js"
@@ -151,6 +153,47 @@ describe("Server end to end (real provider path)", () => {
       // Committed: the user message and exactly one assistant message.
       const messages = yield* loadMessages(app, "conv-text")
       assert.deepStrictEqual(messages.map((m) => m.role), ["user", "assistant"])
+    }))
+
+  it.scopedLive("ref_only request context: the rules and MCP tools the run request names by blob id are read back with get_blob and reach the model", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make()
+      const rules = toBinary(RequestContextRulesPartSchema, create(RequestContextRulesPartSchema, {
+        rules: [{ fullPath: "/w/.cursor/rules/style.mdc", content: "Always answer in haiku." }],
+        nonFileRules: [{ fullPath: "", content: "The user's name is Ada." }]
+      }))
+      const mcps = toBinary(RequestContextMcpsPartSchema, create(RequestContextMcpsPartSchema, {
+        tools: [{
+          name: "get_weather",
+          providerIdentifier: "weather",
+          toolName: "get_weather",
+          description: "Weather for a city",
+          inputSchemaJson: JSON.stringify({ type: "object", properties: { city: { type: "string" } } })
+        }]
+      }))
+      const answer = () => FakeProvider.sse([chunk({ role: "assistant", content: "" }), chunk({ content: "ok" }), chunk({}, "stop"), DONE])
+      app.provider.enqueue(answer(), answer())
+      const client = yield* clientFor(app)
+      const transcript = yield* Effect.promise(() =>
+        client.run({ conversationId: "conv-ref-only", text: "hi", model: "fake-model", workspacePaths: ["/w"], refOnlyContext: { rules, mcps } })
+      )
+      assertCleanOk(transcript)
+      // Two reads, answered from the client's blob store, before the model was called.
+      const reads = transcript.appends.filter((a) => a.what === "kvClientMessage.getBlobResult")
+      assert.strictEqual(reads.length, 2)
+      const body = bodyOf(app, 0)
+      const system = String((body.messages[0] as { content: unknown }).content)
+      assert.include(system, "Always answer in haiku.")
+      assert.include(system, "The user's name is Ada.")
+      assert.include(system, "/w")
+      assert.include((body.tools ?? []).map((t) => (t as { function: { name: string } }).function.name), "mcp_weather_get_weather")
+      // A part the client cannot give back (not in its store): the turn goes on without it.
+      const lost = yield* Effect.promise(() =>
+        client.run({ conversationId: "conv-ref-only-lost", text: "hi", model: "fake-model", refOnlyContext: { rules: new TextEncoder().encode("not stored"), missingFromStore: true } })
+      )
+      assertCleanOk(lost)
+      assert.strictEqual(lost.appends.filter((a) => a.what === "kvClientMessage.getBlobResult").length, 1)
+      assert.notInclude(String((bodyOf(app, 1).messages[0] as { content: unknown }).content), "haiku")
     }))
 
   it.scopedLive("a thinking model: reasoning_content deltas become thinking_delta then thinking_completed, before the text", () =>

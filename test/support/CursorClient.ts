@@ -88,32 +88,49 @@ export interface RunRequestSpec {
   readonly conversationState?: ConversationStateStructure
   readonly workspacePaths?: ReadonlyArray<string>
   readonly mcpTools?: ReadonlyArray<MessageInitShape<typeof McpToolDefinitionSchema>>
+  /**
+   * Cursor's ref_only context transport: no inline request context; the run request names these
+   * serialized parts (RequestContextRulesPart, RequestContextMcpsPart) by blob id, with the
+   * environment in `dynamic_context`. The client keeps the bytes in its blob store (`Turn`
+   * puts them there before sending) and answers the server's get_blob with them.
+   */
+  readonly refOnlyContext?: { readonly rules?: Uint8Array; readonly mcps?: Uint8Array; readonly missingFromStore?: boolean }
 }
 
 const agentMode = (mode: RunRequestSpec["mode"]): AgentMode =>
   mode === "ask" ? AgentMode.ASK : mode === "plan" ? AgentMode.PLAN : AgentMode.AGENT
 
 /** Seq 0 of a turn: the `run_request` with conversation id, requested model and the user message. */
-export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit => ({
-  message: {
-    case: "runRequest",
-    value: {
-      conversationId: spec.conversationId,
-      requestedModel: { modelId: spec.model ?? "fake-model" },
-      ...(spec.conversationState !== undefined ? { conversationState: spec.conversationState } : {}),
-      ...(spec.mcpTools !== undefined ? { mcpTools: { mcpTools: spec.mcpTools as Array<McpToolDefinition> } } : {}),
-      action: {
-        action: {
-          case: "userMessageAction",
-          value: {
-            userMessage: { text: spec.text, messageId: spec.messageId ?? randomUUID(), mode: agentMode(spec.mode) },
-            requestContext: { env: { workspacePaths: [...(spec.workspacePaths ?? [])] } }
+export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit => {
+  const env = { workspacePaths: [...(spec.workspacePaths ?? [])] }
+  const userMessage = { text: spec.text, messageId: spec.messageId ?? randomUUID(), mode: agentMode(spec.mode) }
+  const refOnly = spec.refOnlyContext
+  const reference = (data: Uint8Array | undefined) =>
+    data === undefined ? { blobId: new Uint8Array(), byteLength: 0 } : { blobId: new Uint8Array(createHash("sha256").update(data).digest()), byteLength: data.length }
+  return {
+    message: {
+      case: "runRequest",
+      value: {
+        conversationId: spec.conversationId,
+        requestedModel: { modelId: spec.model ?? "fake-model" },
+        ...(spec.conversationState !== undefined ? { conversationState: spec.conversationState } : {}),
+        ...(spec.mcpTools !== undefined ? { mcpTools: { mcpTools: spec.mcpTools as Array<McpToolDefinition> } } : {}),
+        action: refOnly === undefined
+          ? { action: { case: "userMessageAction", value: { userMessage, requestContext: { env } } } }
+          : {
+            action: { case: "userMessageAction", value: { userMessage } },
+            requestContextParts: {
+              rulesBlobId: reference(refOnly.rules).blobId,
+              rulesByteLength: reference(refOnly.rules).byteLength,
+              mcpsBlobId: reference(refOnly.mcps).blobId,
+              mcpsByteLength: reference(refOnly.mcps).byteLength,
+              dynamicContext: { env }
+            }
           }
-        }
       }
     }
   }
-})
+}
 
 export const userMessageAction = (text: string, mode: RunRequestSpec["mode"] = "agent", messageId: string = randomUUID()): AgentClientMessageInit => ({
   message: {
@@ -646,8 +663,8 @@ export interface CursorClientOptions {
   /** Echo `exec_id` in exec answers (the IDE does not). */
   readonly echoExecId?: boolean
   readonly extraHeaders?: Readonly<Record<string, string>>
-  /** `held`: set_blob acknowledgements wait for `Turn.releaseBlobAcks()` (default: sent at once). */
-  readonly blobAcks?: "atOnce" | "held"
+  /** `held`: KV answers (set_blob acknowledgements, get_blob results) wait for `Turn.releaseKvAnswers()` (default: sent at once). */
+  readonly kvAnswers?: "atOnce" | "held"
 }
 
 export interface TurnOptions extends RunRequestSpec {
@@ -769,9 +786,9 @@ export class Turn {
   private burst: Array<BurstItem> = []
   private burstChain: Promise<void> = Promise.resolve()
   private readonly random: () => number
-  /** set_blob acknowledgements held back (`blobAcks: "held"`), and whether they were released. */
-  private heldBlobAcks: Array<() => void> = []
-  private blobAcksReleased = false
+  /** KV answers held back (`kvAnswers: "held"`), and whether they were released. */
+  private heldKvAnswers: Array<() => void> = []
+  private kvAnswersReleased = false
 
   constructor(readonly client: CursorClient, readonly options: TurnOptions) {
     this.requestId = options.requestId ?? randomUUID()
@@ -786,6 +803,10 @@ export class Turn {
   }
 
   private async begin(order: NonNullable<TurnOptions["order"]>) {
+    // The client is the blob store: the parts a ref_only run request names are in it.
+    for (const data of [this.options.refOnlyContext?.rules, this.options.refOnlyContext?.mcps]) {
+      if (data !== undefined && this.options.refOnlyContext?.missingFromStore !== true) this.client.blobs.set(sha256Hex(data), data)
+    }
     const run = runRequestMessage({ ...this.options, workspacePaths: this.options.workspacePaths ?? (this.client.options.workspace instanceof LocalWorkspace ? [this.client.options.workspace.root] : []) })
     switch (order) {
       case "concurrent":
@@ -951,12 +972,17 @@ export class Turn {
     return this.send(userMessageAction(text, mode))
   }
 
-  /** Sends the set_blob acknowledgements held so far (`blobAcks: "held"`), and any later ones at once; how many were held. */
-  releaseBlobAcks(): number {
-    this.blobAcksReleased = true
-    const held = this.heldBlobAcks
-    this.heldBlobAcks = []
-    held.forEach((ack) => ack())
+  private answerKv(answer: () => void) {
+    if (this.client.options.kvAnswers === "held" && !this.kvAnswersReleased) this.heldKvAnswers.push(answer)
+    else answer()
+  }
+
+  /** Sends the KV answers held so far (`kvAnswers: "held"`), and any later ones at once; how many were held. */
+  releaseKvAnswers(): number {
+    this.kvAnswersReleased = true
+    const held = this.heldKvAnswers
+    this.heldKvAnswers = []
+    held.forEach((answer) => answer())
     return held.length
   }
 
@@ -1087,17 +1113,17 @@ export class Turn {
           const expected = sha256Hex(kv.value.blobData)
           if (toHex(kv.value.blobId) !== expected) this.problems.push(`blob ${toHex(kv.value.blobId)} is not the SHA-256 of its data (${expected})`)
           this.client.blobs.set(toHex(kv.value.blobId), kv.value.blobData)
-          const ack = () => void this.send({ message: { case: "kvClientMessage", value: { id, message: { case: "setBlobResult", value: {} } } } })
-          if (this.client.options.blobAcks === "held" && !this.blobAcksReleased) this.heldBlobAcks.push(ack)
-          else ack()
+          this.answerKv(() => void this.send({ message: { case: "kvClientMessage", value: { id, message: { case: "setBlobResult", value: {} } } } }))
         } else if (kv.case === "getBlobArgs") {
           const data = this.client.blobs.get(toHex(kv.value.blobId))
-          void this.send({
-            message: {
-              case: "kvClientMessage",
-              value: { id, message: { case: "getBlobResult", value: data === undefined ? { error: { message: "blob not found" } } : { blobData: data } } }
-            }
-          })
+          this.answerKv(() =>
+            void this.send({
+              message: {
+                case: "kvClientMessage",
+                value: { id, message: { case: "getBlobResult", value: data === undefined ? { error: { message: "blob not found" } } : { blobData: data } } }
+              }
+            })
+          )
         }
         return
       }

@@ -12,6 +12,7 @@ import { Effect, Option } from "effect"
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import * as Dialect from "../../src/Dialect.js"
+import { RequestContextRulesPartSchema } from "../../src/gen/agent/v1/agent_pb.js"
 import { AgentClientMessageSchema, AgentService } from "../../src/gen/agent/v1/agent_pb.js"
 import type { AgentServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
 import { BidiService, ErrorDetails_Error } from "../../src/gen/aiserver/v1/aiserver_pb.js"
@@ -490,7 +491,7 @@ describe("Transport end to end", () => {
   it.scopedLive("the end of a turn in the real server's order: set_blob and turn_ended at once, the checkpoint only after every blob is acknowledged, then the end-stream", () =>
     Effect.gen(function*() {
       const harness = yield* ServerHarness.make({ scripts: [chunkedText(["held ", "acks"], usage(1, 1))], transport: { blobAckTimeoutMs: 20_000 } })
-      const client = yield* clientFor(harness, { blobAcks: "held" })
+      const client = yield* clientFor(harness, { kvAnswers: "held" })
       const turn = client.turn({ conversationId: "conv-held-acks", text: "go" })
       // turn_ended arrives while no blob is acknowledged yet: Cursor shows the turn done at once.
       yield* Effect.promise(() => turn.waitFor((f) => f.event.kind === "turn_ended"))
@@ -498,7 +499,7 @@ describe("Transport end to end", () => {
       assert.isTrue(before.events.some((e) => e.kind === "kv_set"))
       assert.isFalse(before.events.some((e) => e.kind === "checkpoint"))
       assert.isUndefined(before.end)
-      const held = turn.releaseBlobAcks()
+      const held = turn.releaseKvAnswers()
       assert.strictEqual(held, before.events.filter((e) => e.kind === "kv_set").length)
       const transcript = yield* Effect.promise(() => turn.done)
       assertCleanOk(transcript)
@@ -507,6 +508,29 @@ describe("Transport end to end", () => {
       const sent = new Set(transcript.events.flatMap((e) => (e.kind === "kv_set" ? [e.blobId] : [])))
       const checkpoint = transcript.checkpoints[0]!
       for (const id of [...checkpoint.rootPromptMessagesJson, ...checkpoint.turns]) assert.isTrue(sent.has(toHex(id)))
+    }))
+
+  it.scopedLive("ref_only context: a cancel sent while the run request's context is read back applies after the turn starts; the turn ends canceled with nothing answered", () =>
+    Effect.gen(function*() {
+      const harness = yield* ServerHarness.make({ scripts: [{ _tag: "Stall", events: [{ _tag: "Start" }, { _tag: "TextStart", index: 0 }, { _tag: "TextDelta", index: 0, delta: "never" }] }] })
+      const client = yield* clientFor(harness, { kvAnswers: "held" })
+      const rules = toBinary(RequestContextRulesPartSchema, create(RequestContextRulesPartSchema, { rules: [{ fullPath: "/w/r.mdc", content: "rule" }] }))
+      const turn = client.turn({ conversationId: "conv-ref-cancel", text: "go", refOnlyContext: { rules } })
+      // The get_blob is out and unanswered: the turn has not started.
+      yield* Effect.promise(() => turn.waitFor((f) => f.event.kind === "kv_get"))
+      assert.strictEqual((yield* harness.llmCalls).length, 0)
+      // The cancel is numbered before the get_blob result (seqno 1, then 2), so the server hands
+      // it on first; its acknowledgement waits for the start.
+      const canceled = turn.cancel("user_stopped_generation")
+      assert.strictEqual(turn.releaseKvAnswers(), 1)
+      assert.strictEqual(yield* Effect.promise(() => canceled), 200)
+      const transcript = yield* Effect.promise(() => turn.done)
+      assert.deepStrictEqual(transcript.problems, [])
+      assert.strictEqual(transcript.end?._tag === "Error" ? transcript.end.code : transcript.end?._tag, "canceled")
+      // The start went in first (with the rules read back), then the cancel.
+      const loaded = Option.getOrThrow(yield* harness.store.load("conv-ref-cancel"))
+      assert.deepStrictEqual(loaded.state.messages.map((m) => m.role), ["user"])
+      assert.deepStrictEqual(loaded.state.settings?.options["rules"], [{ path: "/w/r.mdc", content: "rule" }])
     }))
 
   it.scopedLive("twenty turns at once on twenty conversations all end cleanly", () =>
