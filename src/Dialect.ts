@@ -124,19 +124,20 @@ export interface RunRequest {
   /** In `ref_only` context transport the rules / skills / subagents / MCP parts are blobs to fetch with get_blob. */
   readonly requestContextParts: RequestContextPartReferences | undefined
   /**
-   * The parts of the request context to read back from the client's blob store before the turn
-   * starts (`ref_only` context transport: the run request names them instead of carrying them;
-   * without them the rules and MCP tools would be missing). Empty when the context came inline.
-   * Give what was read to `withContextParts`.
+   * What to read back from the client's blob store before the turn starts: the parts of the
+   * request context (`ref_only` context transport: the run request names them instead of
+   * carrying them; without them the rules and MCP tools would be missing) and attached images
+   * named only by blob id. Empty when everything came inline. Give what was read to
+   * `withContextParts`.
    */
   readonly contextToFetch: ReadonlyArray<ContextPartRef>
   /** The whole request, for fields this module does not lift out. */
   readonly raw: AgentRunRequest
 }
 
-/** A request-context part kept in the client's blob store: its id (SHA-256 of the bytes) and length. */
+/** A blob the client keeps that a turn needs: its id (SHA-256 of the bytes) and length (0: not given). */
 export interface ContextPartRef {
-  readonly part: "rules" | "mcps"
+  readonly part: "rules" | "mcps" | "image"
   readonly blobId: Uint8Array
   readonly byteLength: number
 }
@@ -333,10 +334,47 @@ export const agentModeOf = (mode: CursorMode): AgentMode =>
   mode === "ask" ? AgentMode.ASK : mode === "plan" ? AgentMode.PLAN : AgentMode.AGENT
 
 /** The text the user typed, as a neutral user message. */
-export const toLlmUserMessage = (message: CursorUserMessage): UserMessage => ({
-  role: "user",
-  content: [{ type: "text", text: message.text }]
-})
+/** An image the user attached: its bytes when at hand (inline, or among `blobs` by id), else the blob id to read back. */
+interface AttachedImage {
+  readonly data: Uint8Array | undefined
+  readonly blobId: Uint8Array | undefined
+  readonly path: string
+  readonly mimeType: string
+}
+
+const attachedImagesOf = (message: CursorUserMessage, blobs: ReadonlyMap<string, Uint8Array>): ReadonlyArray<AttachedImage> =>
+  (message.selectedContext?.selectedImages ?? []).flatMap((image): ReadonlyArray<AttachedImage> => {
+    const source = image.dataOrBlobId
+    const inline = source.case === "data" ? source.value : source.case === "blobIdWithData" && source.value.data.length > 0 ? source.value.data : undefined
+    const blobId = source.case === "blobId" ? source.value : source.case === "blobIdWithData" ? source.value.blobId : undefined
+    if (inline === undefined && (blobId === undefined || blobId.length === 0)) return []
+    const data = inline !== undefined && inline.length > 0 ? inline : blobId !== undefined ? blobs.get(bytesToHex(blobId)) : undefined
+    return [{ data, blobId: blobId !== undefined && blobId.length > 0 ? blobId : undefined, path: image.path, mimeType: image.mimeType }]
+  })
+
+/** The image type from the first bytes, when the client did not say. */
+const sniffImageType = (data: Uint8Array): string => {
+  if (data[0] === 0x89 && data[1] === 0x50 && data[2] === 0x4e && data[3] === 0x47) return "image/png"
+  if (data[0] === 0xff && data[1] === 0xd8 && data[2] === 0xff) return "image/jpeg"
+  if (data[0] === 0x47 && data[1] === 0x49 && data[2] === 0x46) return "image/gif"
+  if (data[0] === 0x52 && data[1] === 0x49 && data[2] === 0x46 && data[3] === 0x46 && data[8] === 0x57 && data[9] === 0x45 && data[10] === 0x42 && data[11] === 0x50) return "image/webp"
+  return "image/png"
+}
+
+/**
+ * The model's user message: the attached images (those at hand: inline, sent along or read back
+ * by id, `blobs`), then the typed text. An image that could not be had is a line of text saying
+ * so, never silently dropped.
+ */
+export const toLlmUserMessage = (message: CursorUserMessage, blobs: ReadonlyMap<string, Uint8Array> = new Map()): UserMessage => {
+  const images = attachedImagesOf(message, blobs).map((image): UserContent =>
+    image.data !== undefined
+      ? { type: "image", data: Buffer.from(image.data.buffer, image.data.byteOffset, image.data.byteLength).toString("base64"), mimeType: image.mimeType !== "" ? image.mimeType : sniffImageType(image.data) }
+      : { type: "text", text: `[An attached image${image.path !== "" ? ` (${image.path})` : ""} could not be read from the editor.]` }
+  )
+  // No empty text block beside images (some APIs refuse one).
+  return { role: "user", content: message.text === "" && images.length > 0 ? images : [...images, { type: "text", text: message.text }] }
+}
 
 const mcpDescriptor = (tool: McpToolDefinition): McpToolDescriptor => {
   let inputSchema: unknown = undefined
@@ -391,40 +429,65 @@ const requestContextOf = (request: AgentRunRequest): RequestContext | undefined 
   return inline ?? request.action?.requestContextParts?.dynamicContext
 }
 
-/** The parts to read back: only in ref_only transport (no inline context), only those this server uses (rules, MCP tools). */
+/** The run request's user message (a new turn's or a plan's), if it has one. */
+const runUserMessageOf = (request: AgentRunRequest): CursorUserMessage | undefined => {
+  const action = request.action?.action
+  return action?.case === "userMessageAction" || action?.case === "startPlanAction" ? action.value.userMessage : undefined
+}
+
+/**
+ * What to read back: the request-context parts in ref_only transport (no inline context), only
+ * those this server uses (rules, MCP tools); and attached images named only by blob id that did
+ * not come along in `pre_fetched_blobs`.
+ */
 const contextToFetchOf = (request: AgentRunRequest): ReadonlyArray<ContextPartRef> => {
   const action = request.action?.action
   const parts = request.action?.requestContextParts
   const inline = action?.case === "userMessageAction" || action?.case === "resumeAction" || action?.case === "startPlanAction"
     ? action.value.requestContext
     : undefined
-  if (parts === undefined || inline !== undefined) return []
   const refs: Array<ContextPartRef> = []
-  if (parts.rulesBlobId.length > 0) refs.push({ part: "rules", blobId: parts.rulesBlobId, byteLength: parts.rulesByteLength })
-  if (parts.mcpsBlobId.length > 0) refs.push({ part: "mcps", blobId: parts.mcpsBlobId, byteLength: parts.mcpsByteLength })
+  if (parts !== undefined && inline === undefined) {
+    if (parts.rulesBlobId.length > 0) refs.push({ part: "rules", blobId: parts.rulesBlobId, byteLength: parts.rulesByteLength })
+    if (parts.mcpsBlobId.length > 0) refs.push({ part: "mcps", blobId: parts.mcpsBlobId, byteLength: parts.mcpsByteLength })
+  }
+  const sentAlong = sentAlongOf(request)
+  const userMessage = runUserMessageOf(request)
+  for (const image of userMessage === undefined ? [] : attachedImagesOf(userMessage, sentAlong)) {
+    if (image.data === undefined && image.blobId !== undefined && !refs.some((ref) => sameBytes(ref.blobId, image.blobId!))) {
+      refs.push({ part: "image", blobId: image.blobId, byteLength: 0 })
+    }
+  }
   return refs
 }
 
+/** The blobs a run request brought along (`pre_fetched_blobs`), by hex id. */
+const sentAlongOf = (request: AgentRunRequest): ReadonlyMap<string, Uint8Array> =>
+  new Map(request.preFetchedBlobs.map((blob) => [bytesToHex(blob.id), blob.value]))
+
 /**
- * The run request with the context parts read back from the client merged into its request
- * context (rules and MCP tools), as if they had come inline. A part that is missing, does not
- * match its id or length, or does not decode is left out, and says so in `problems`: the turn
- * goes on without it rather than failing.
+ * The run request with what was read back from the client (by hex blob id) merged in, as if it
+ * had come inline: the request-context parts (rules and MCP tools) and the attached images. A
+ * blob that is missing, does not match its id or length, or does not decode is left out and
+ * says so in `problems`: the turn goes on without it rather than failing (an image that could
+ * not be read becomes a line of text saying so).
  */
 export const withContextParts = (
   run: RunRequest,
-  fetched: Partial<Record<ContextPartRef["part"], Uint8Array>>
+  fetched: ReadonlyMap<string, Uint8Array>
 ): { readonly run: RunRequest; readonly problems: ReadonlyArray<string> } => {
   const problems: Array<string> = []
   const context = clone(RequestContextSchema, requestContextOf(run.raw) ?? create(RequestContextSchema))
+  const images = new Map<string, Uint8Array>()
   for (const ref of run.contextToFetch) {
-    const data = fetched[ref.part]
+    const what = ref.part === "image" ? "an attached image" : `the ${ref.part} part of the request context`
+    const data = fetched.get(bytesToHex(ref.blobId))
     if (data === undefined) {
-      problems.push(`the ${ref.part} part of the request context was not read back`)
+      problems.push(`${what} was not read back`)
       continue
     }
     if (bytesToHex(blobIdOf(data)) !== bytesToHex(ref.blobId) || (ref.byteLength > 0 && data.length !== ref.byteLength)) {
-      problems.push(`the ${ref.part} part of the request context does not match its id or length`)
+      problems.push(`${what} does not match its id or length`)
       continue
     }
     try {
@@ -433,19 +496,21 @@ export const withContextParts = (
         context.rules = part.rules
         context.nonFileRules = part.nonFileRules
         if (part.cloudRule !== undefined) context.cloudRule = part.cloudRule
-      } else {
+      } else if (ref.part === "mcps") {
         context.tools = fromBinary(RequestContextMcpsPartSchema, data).tools
+      } else {
+        images.set(bytesToHex(ref.blobId), data)
       }
     } catch (cause) {
-      problems.push(`the ${ref.part} part of the request context does not decode: ${String(cause)}`)
+      problems.push(`${what} does not decode: ${String(cause)}`)
     }
   }
-  return { run: { ...decodeRunRequestIn(run.raw, context), contextToFetch: [] }, problems }
+  return { run: { ...decodeRunRequestIn(run.raw, context, images), contextToFetch: [] }, problems }
 }
 
-const decodeRunRequest = (request: AgentRunRequest): RunRequest => decodeRunRequestIn(request, requestContextOf(request))
+const decodeRunRequest = (request: AgentRunRequest): RunRequest => decodeRunRequestIn(request, requestContextOf(request), new Map())
 
-const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestContext | undefined): RunRequest => {
+const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestContext | undefined, readBack: ReadonlyMap<string, Uint8Array>): RunRequest => {
   const action = request.action?.action
   const userMessage = action?.case === "userMessageAction" || action?.case === "startPlanAction" ? action.value.userMessage : undefined
   // Start-plan is a user turn in plan mode, whatever mode the message itself says.
@@ -488,7 +553,7 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
       runAction = userMessage === undefined
         ? RunAction.Unsupported({ field: action.case === "userMessageAction" ? 1 : 6 })
         : RunAction.StartTurn({
-          start: { message: toLlmUserMessage(userMessage), context: contextOf(requestContext), settings },
+          start: { message: toLlmUserMessage(userMessage, new Map([...sentAlongOf(request), ...readBack])), context: contextOf(requestContext), settings },
           userMessageId: userMessage.messageId,
           userMessage
         })

@@ -556,8 +556,9 @@ export const make = (options: TransportOptions) =>
     /**
      * READING BACK THE REQUEST CONTEXT. In Cursor's ref_only context transport the run request
      * names its rules and MCP tool definitions by blob id instead of carrying them (from the
-     * second turn of a conversation on). The turn would start without them, so they are read
-     * back first: one get_blob per part, answered by the client's KV results in later appends
+     * second turn of a conversation on), and an attached image may come as a blob id alone. The
+     * turn would start without them, so they are read back first (`RunRequest.contextToFetch`):
+     * one get_blob per blob, answered by the client's KV results in later appends
      * (which are handed on meanwhile: this waits in the background, not in the inbox). Then the
      * turn starts with them merged in (`Dialect.withContextParts`); a part that does not come
      * within `contextFetchTimeoutMs`, or does not match its id, is left out with a warning. The
@@ -566,14 +567,14 @@ export const make = (options: TransportOptions) =>
      */
     const startAfterContext = (session: Session, seqno: number, run: RunRequest, durable: Array<Effect.Effect<void>>) =>
       Effect.gen(function*() {
-        const reads: Array<readonly [Dialect.ContextPartRef["part"], Deferred.Deferred<Uint8Array | undefined>]> = []
+        const reads: Array<readonly [string, Deferred.Deferred<Uint8Array | undefined>]> = []
         const messages: Array<AgentServerMessage> = []
         for (const ref of run.contextToFetch) {
           const sent = Dialect.encodeGetBlob(session.correlation, ref.blobId)
           session.correlation = sent.correlation
           const read = yield* Deferred.make<Uint8Array | undefined>()
           session.blobReads.set(sent.kvId, read)
-          reads.push([ref.part, read])
+          reads.push([Dialect.bytesToHex(ref.blobId), read])
           messages.push(sent.message)
         }
         yield* write(session, messages)
@@ -582,12 +583,12 @@ export const make = (options: TransportOptions) =>
         durable.push(Deferred.await(started))
         const timeout = Duration.millis(options.contextFetchTimeoutMs)
         yield* FiberSet.run(background, Effect.gen(function*() {
-          const fetched: Partial<Record<Dialect.ContextPartRef["part"], Uint8Array>> = {}
-          yield* Effect.forEach(reads, ([part, read]) =>
+          const fetched = new Map<string, Uint8Array>()
+          yield* Effect.forEach(reads, ([id, read]) =>
             Deferred.await(read).pipe(
               Effect.timeoutTo({ duration: timeout, onSuccess: (data) => data, onTimeout: () => undefined }),
               Effect.map((data) => {
-                if (data !== undefined) fetched[part] = data
+                if (data !== undefined) fetched.set(id, data)
               })
             ), { concurrency: "unbounded", discard: true })
           const merged = Dialect.withContextParts(run, fetched)

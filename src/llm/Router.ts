@@ -6,7 +6,7 @@
  */
 import { HttpClient } from "@effect/platform"
 import { Effect, Layer, Schema, Stream } from "effect"
-import { Llm, type RequestMessages, type StreamOptions } from "../Llm.js"
+import { Llm, type Message, type RequestMessages, type StreamOptions, type UserContent } from "../Llm.js"
 import type { Adapter, CallSettings } from "./Adapter.js"
 import * as Anthropic from "./Anthropic.js"
 import { llmError } from "./Common.js"
@@ -44,7 +44,9 @@ export const ModelConfig = Schema.Struct({
   upstreamModel: Schema.String,
   contextWindow: Schema.optional(Schema.Int.pipe(Schema.positive())),
   maxOutputTokens: Schema.optional(Schema.Int.pipe(Schema.positive())),
-  thinking: Schema.optional(ThinkingConfig)
+  thinking: Schema.optional(ThinkingConfig),
+  /** Whether the model takes images; without it, images in the history go to it as a line of text. */
+  supportsImages: Schema.optional(Schema.Boolean)
 })
 export type ModelConfig = typeof ModelConfig.Type
 
@@ -76,13 +78,14 @@ export const resolveModel = (
   config: RouterConfig,
   modelId: string,
   maxOutputTokens?: number
-): { readonly adapter: Adapter; readonly settings: CallSettings } | undefined => {
+): { readonly adapter: Adapter; readonly settings: CallSettings; readonly acceptsImages: boolean } | undefined => {
   const model = config.models.find((candidate) => candidate.id === modelId)
   if (model === undefined) return undefined
   const provider = config.providers.find((candidate) => candidate.id === model.provider)
   if (provider === undefined) return undefined
   return {
     adapter: adapters[provider.api],
+    acceptsImages: model.supportsImages === true,
     settings: {
       provider: provider.id,
       baseUrl: provider.baseUrl,
@@ -94,6 +97,23 @@ export const resolveModel = (
       maxOutputTokens: maxOutputTokens ?? model.maxOutputTokens,
       thinking: model.thinking
     }
+  }
+}
+
+/**
+ * The request for a model that takes no images: each image in a user message or a tool result
+ * becomes a line of text saying it was there (the same text every time, so the request stays a
+ * byte prefix of the next one). The stored history keeps the images, for a model that takes them.
+ */
+export const withoutImages = (request: RequestMessages, model: string): RequestMessages => {
+  const note: UserContent = { type: "text", text: `[An image was attached here; the model ${model} does not accept images.]` }
+  const strip = (content: ReadonlyArray<UserContent>) => content.some((block) => block.type === "image") ? content.map((block) => (block.type === "image" ? note : block)) : content
+  if (!request.messages.some((message) => message.role !== "assistant" && message.content.some((block) => block.type === "image"))) return request
+  return {
+    ...request,
+    messages: request.messages.map((message): Message =>
+      message.role === "user" ? { ...message, content: strip(message.content) } : message.role === "toolResult" ? { ...message, content: strip(message.content) } : message
+    )
   }
 }
 
@@ -109,7 +129,8 @@ export const make = Effect.fn("Router.make")(function*(config: RouterConfig) {
       }
       // No Stream.withSpan here: it sets the fiber's context on every pull (~17 µs per network
       // read, measured), and nothing exports traces; the runner's logs carry the call id.
-      return streamWithRetry(client, resolved.adapter.prepare(request, resolved.settings), retry)
+      const sent = resolved.acceptsImages ? request : withoutImages(request, options.model)
+      return streamWithRetry(client, resolved.adapter.prepare(sent, resolved.settings), retry)
     })
   return Llm.of({ stream })
 })

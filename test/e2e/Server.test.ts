@@ -196,6 +196,45 @@ describe("Server end to end (real provider path)", () => {
       assert.notInclude(String((bodyOf(app, 1).messages[0] as { content: unknown }).content), "haiku")
     }))
 
+  it.scopedLive("attached images: one named only by blob id is read back with get_blob; a model that takes images gets them, one that takes none a line of text in their place", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make({
+        config: {
+          models: [
+            { id: "fake-model", provider: "fake-openai", upstreamModel: "fake-upstream", contextWindow: 100000 },
+            { id: "fake-vision", provider: "fake-openai", upstreamModel: "vision-upstream", contextWindow: 100000, supportsImages: true }
+          ]
+        }
+      })
+      const answer = () => FakeProvider.sse([chunk({ role: "assistant", content: "" }), chunk({ content: "a cat" }), chunk({}, "stop"), DONE])
+      app.provider.enqueue(answer(), answer())
+      const png = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13])
+      const client = yield* clientFor(app)
+      const vision = yield* Effect.promise(() =>
+        client.run({ conversationId: "conv-image", text: "what is this?", model: "fake-vision", images: [{ data: png, how: "blobId", path: "/w/cat.png" }] })
+      )
+      assertCleanOk(vision)
+      assert.strictEqual(vision.appends.filter((a) => a.what === "kvClientMessage.getBlobResult").length, 1)
+      assert.deepStrictEqual(bodyOf(app, 0).messages[1], {
+        role: "user",
+        content: [
+          { type: "image_url", image_url: { url: `data:image/png;base64,${Buffer.from(png).toString("base64")}` } },
+          { type: "text", text: "what is this?" }
+        ]
+      })
+      // The history keeps the image; a model without image input is told one was there.
+      const blind = yield* Effect.promise(() =>
+        client.run({ conversationId: "conv-image-blind", text: "what is this?", model: "fake-model", images: [{ data: png, how: "data" }] })
+      )
+      assertCleanOk(blind)
+      assert.deepStrictEqual(bodyOf(app, 1).messages[1], {
+        role: "user",
+        content: "[An image was attached here; the model fake-model does not accept images.]\nwhat is this?"
+      })
+      const stored = yield* loadMessages(app, "conv-image-blind")
+      assert.strictEqual(stored[0]?.role === "user" ? stored[0].content[0]?.type : undefined, "image")
+    }))
+
   it.scopedLive("a thinking model: reasoning_content deltas become thinking_delta then thinking_completed, before the text", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make()

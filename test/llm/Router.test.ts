@@ -49,3 +49,25 @@ describe("Router configuration", () => {
       expect(JSON.parse(fake.requests[0]!.body)).toMatchObject({ model: "gpt-5", store: false, instructions: "s" })
     }))
 })
+
+describe("Router.withoutImages", () => {
+  it("turns each image of a user message or tool result into the same line of text, for a model that takes none; a request without images is returned as it is", () => {
+    const image = { type: "image" as const, data: "iVBORw0KGgo=", mimeType: "image/png" }
+    const request = {
+      systemPrompt: "s",
+      tools: [],
+      messages: [
+        { role: "user" as const, content: [image, { type: "text" as const, text: "what is this?" }] },
+        { role: "toolResult" as const, toolCallId: "c", toolName: "Read", content: [{ type: "text" as const, text: "x" }, image], isError: false }
+      ]
+    }
+    const sent = Router.withoutImages(request, "deepseek-chat")
+    const note = { type: "text", text: "[An image was attached here; the model deepseek-chat does not accept images.]" }
+    expect(sent.messages[0]!.content).toEqual([note, { type: "text", text: "what is this?" }])
+    expect(sent.messages[1]!.content).toEqual([{ type: "text", text: "x" }, note])
+    // Deterministic: the same request gives the same bytes, so prefixes stay stable.
+    expect(JSON.stringify(Router.withoutImages(request, "deepseek-chat"))).toEqual(JSON.stringify(sent))
+    const plain = { systemPrompt: "s", tools: [], messages: [{ role: "user" as const, content: [{ type: "text" as const, text: "hi" }] }] }
+    expect(Router.withoutImages(plain, "m")).toBe(plain)
+  })
+})

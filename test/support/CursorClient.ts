@@ -95,6 +95,12 @@ export interface RunRequestSpec {
    * puts them there before sending) and answers the server's get_blob with them.
    */
   readonly refOnlyContext?: { readonly rules?: Uint8Array; readonly mcps?: Uint8Array; readonly missingFromStore?: boolean }
+  /**
+   * Images attached to the user message: inline bytes (`data`), named by blob id with the bytes
+   * sent along in `pre_fetched_blobs` (`preFetched`), or named by blob id only (`blobId`: the
+   * client keeps the bytes in its blob store and answers the server's get_blob).
+   */
+  readonly images?: ReadonlyArray<{ readonly data: Uint8Array; readonly mimeType?: string; readonly path?: string; readonly how: "data" | "preFetched" | "blobId" }>
 }
 
 const agentMode = (mode: RunRequestSpec["mode"]): AgentMode =>
@@ -103,7 +109,19 @@ const agentMode = (mode: RunRequestSpec["mode"]): AgentMode =>
 /** Seq 0 of a turn: the `run_request` with conversation id, requested model and the user message. */
 export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit => {
   const env = { workspacePaths: [...(spec.workspacePaths ?? [])] }
-  const userMessage = { text: spec.text, messageId: spec.messageId ?? randomUUID(), mode: agentMode(spec.mode) }
+  const sha = (data: Uint8Array) => new Uint8Array(createHash("sha256").update(data).digest())
+  const selectedImages = (spec.images ?? []).map((image) => ({
+    dataOrBlobId: image.how === "data" ? { case: "data" as const, value: image.data } : { case: "blobId" as const, value: sha(image.data) },
+    path: image.path ?? "",
+    mimeType: image.mimeType ?? ""
+  }))
+  const userMessage = {
+    text: spec.text,
+    messageId: spec.messageId ?? randomUUID(),
+    mode: agentMode(spec.mode),
+    ...(selectedImages.length > 0 ? { selectedContext: { selectedImages } } : {})
+  }
+  const preFetchedBlobs = (spec.images ?? []).filter((image) => image.how === "preFetched").map((image) => ({ id: sha(image.data), value: image.data }))
   const refOnly = spec.refOnlyContext
   const reference = (data: Uint8Array | undefined) =>
     data === undefined ? { blobId: new Uint8Array(), byteLength: 0 } : { blobId: new Uint8Array(createHash("sha256").update(data).digest()), byteLength: data.length }
@@ -115,6 +133,7 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
         requestedModel: { modelId: spec.model ?? "fake-model" },
         ...(spec.conversationState !== undefined ? { conversationState: spec.conversationState } : {}),
         ...(spec.mcpTools !== undefined ? { mcpTools: { mcpTools: spec.mcpTools as Array<McpToolDefinition> } } : {}),
+        ...(preFetchedBlobs.length > 0 ? { preFetchedBlobs } : {}),
         action: refOnly === undefined
           ? { action: { case: "userMessageAction", value: { userMessage, requestContext: { env } } } }
           : {
@@ -807,6 +826,7 @@ export class Turn {
     for (const data of [this.options.refOnlyContext?.rules, this.options.refOnlyContext?.mcps]) {
       if (data !== undefined && this.options.refOnlyContext?.missingFromStore !== true) this.client.blobs.set(sha256Hex(data), data)
     }
+    for (const image of this.options.images ?? []) if (image.how === "blobId") this.client.blobs.set(sha256Hex(image.data), image.data)
     const run = runRequestMessage({ ...this.options, workspacePaths: this.options.workspacePaths ?? (this.client.options.workspace instanceof LocalWorkspace ? [this.client.options.workspace.root] : []) })
     switch (order) {
       case "concurrent":
