@@ -362,18 +362,49 @@ const sniffImageType = (data: Uint8Array): string => {
 }
 
 /**
- * The model's user message: the attached images (those at hand: inline, sent along or read back
- * by id, `blobs`), then the typed text. An image that could not be had is a line of text saying
- * so, never silently dropped.
+ * What the user selected to go with the message, as text blocks: files (unless the request
+ * context carries the same path, `alreadyAttached`), code and terminal selections, terminals,
+ * and extra context.
  */
-export const toLlmUserMessage = (message: CursorUserMessage, blobs: ReadonlyMap<string, Uint8Array> = new Map()): UserMessage => {
+const selectionsOf = (message: CursorUserMessage, alreadyAttached: ReadonlySet<string>): Array<UserContent> => {
+  const selected = message.selectedContext
+  if (selected === undefined) return []
+  const text = (value: string): UserContent => ({ type: "text", text: value })
+  const where = (item: { readonly path: string; readonly relativePath?: string | undefined }) =>
+    item.relativePath !== undefined && item.relativePath !== "" ? item.relativePath : item.path
+  const titled = (item: { readonly title?: string | undefined }) => (item.title !== undefined && item.title !== "" ? ` title="${item.title}"` : "")
+  return [
+    ...selected.files.filter((file) => file.content !== "" && !alreadyAttached.has(file.path))
+      .map((file) => text(`<attached_file path="${where(file)}">\n${file.content}\n</attached_file>`)),
+    ...selected.codeSelections.filter((selection) => selection.content !== "")
+      .map((selection) => text(`<code_selection path="${where(selection)}">\n${selection.content}\n</code_selection>`)),
+    ...selected.terminals.filter((terminal) => terminal.content !== "")
+      .map((terminal) => text(`<terminal${titled(terminal)}>\n${terminal.content}\n</terminal>`)),
+    ...selected.terminalSelections.filter((selection) => selection.content !== "")
+      .map((selection) => text(`<terminal_selection${titled(selection)}>\n${selection.content}\n</terminal_selection>`)),
+    ...selected.extraContext.filter((extra) => extra !== "").map(text)
+  ]
+}
+
+/**
+ * The model's user message: the attached images (those at hand: inline, sent along or read back
+ * by id, `blobs`), what the user selected to go with it (files, code and terminal selections),
+ * then the typed text. An image that could not be had is a line of text saying so, never
+ * silently dropped.
+ */
+export const toLlmUserMessage = (
+  message: CursorUserMessage,
+  blobs: ReadonlyMap<string, Uint8Array> = new Map(),
+  alreadyAttached: ReadonlySet<string> = new Set()
+): UserMessage => {
   const images = attachedImagesOf(message, blobs).map((image): UserContent =>
     image.data !== undefined
       ? { type: "image", data: Buffer.from(image.data.buffer, image.data.byteOffset, image.data.byteLength).toString("base64"), mimeType: image.mimeType !== "" ? image.mimeType : sniffImageType(image.data) }
       : { type: "text", text: `[An attached image${image.path !== "" ? ` (${image.path})` : ""} could not be read from the editor.]` }
   )
-  // No empty text block beside images (some APIs refuse one).
-  return { role: "user", content: message.text === "" && images.length > 0 ? images : [...images, { type: "text", text: message.text }] }
+  const before = [...images, ...selectionsOf(message, alreadyAttached)]
+  // No empty text block after the rest (some APIs refuse one).
+  return { role: "user", content: message.text === "" && before.length > 0 ? before : [...before, { type: "text", text: message.text }] }
 }
 
 const mcpDescriptor = (tool: McpToolDefinition): McpToolDescriptor => {
@@ -553,7 +584,11 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
       runAction = userMessage === undefined
         ? RunAction.Unsupported({ field: action.case === "userMessageAction" ? 1 : 6 })
         : RunAction.StartTurn({
-          start: { message: toLlmUserMessage(userMessage, new Map([...sentAlongOf(request), ...readBack])), context: contextOf(requestContext), settings },
+          start: {
+            message: toLlmUserMessage(userMessage, new Map([...sentAlongOf(request), ...readBack]), new Set(Object.keys(requestContext?.fileContents ?? {}))),
+            context: contextOf(requestContext),
+            settings
+          },
           userMessageId: userMessage.messageId,
           userMessage
         })

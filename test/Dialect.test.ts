@@ -705,6 +705,49 @@ describe("KV and checkpoints", () => {
     assert.strictEqual(contentOf(wrong.run)[2]?.type, "text")
   })
 
+  it("what the user selected goes with the message: files (not twice when the request context carries them), code and terminal selections, terminals, extra context; then the typed text", () => {
+    const run = decodeMessage("RunRequest", {
+      case: "runRequest",
+      value: {
+        conversationId: "c",
+        action: {
+          action: {
+            case: "userMessageAction",
+            value: {
+              userMessage: {
+                text: "why does this fail?",
+                messageId: "m-1",
+                selectedContext: {
+                  files: [
+                    { path: "/w/src/a.ts", relativePath: "src/a.ts", content: "export const a = 1\n" },
+                    { path: "/w/src/b.ts", content: "export const b = 2\n" },
+                    { path: "/w/src/empty.ts", content: "" }
+                  ],
+                  codeSelections: [{ path: "/w/src/c.ts", relativePath: "src/c.ts", content: "c()" }],
+                  terminals: [{ title: "zsh", content: "$ npm test\nFAIL" }],
+                  terminalSelections: [{ content: "TypeError: x is undefined" }],
+                  extraContext: ["The CI log says it started yesterday."]
+                }
+              },
+              requestContext: { fileContents: { "/w/src/b.ts": "export const b = 2\n" } }
+            }
+          }
+        }
+      }
+    })
+    if (run.action._tag !== "StartTurn") return assert.fail("expected a turn start")
+    assert.deepStrictEqual(run.action.start.message.content.map((block) => (block.type === "text" ? block.text : block.type)), [
+      "<attached_file path=\"src/a.ts\">\nexport const a = 1\n\n</attached_file>",
+      "<code_selection path=\"src/c.ts\">\nc()\n</code_selection>",
+      "<terminal title=\"zsh\">\n$ npm test\nFAIL\n</terminal>",
+      "<terminal_selection>\nTypeError: x is undefined\n</terminal_selection>",
+      "The CI log says it started yesterday.",
+      "why does this fail?"
+    ])
+    // b.ts came in the request context's file contents: it is there once.
+    assert.deepStrictEqual(run.action.start.context.map((block) => (block.type === "text" ? block.text.split("\n")[0] : block.type)), ["<attached_file path=\"/w/src/b.ts\">"])
+  })
+
   it("a run request's settings keep what a later process needs for the turn's checkpoint: the user message id, the earlier turns and todos (not the client's other, larger fields)", () => {
     const earlier = [new Uint8Array(32).fill(7), new Uint8Array(32).fill(8)]
     const todo = create(TodoItemSchema, { id: "t1", content: "write tests", status: TodoStatus.PENDING })
