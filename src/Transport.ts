@@ -145,7 +145,7 @@ interface Session {
   readonly cursorToolCalls: Record<string, CursorToolCall>
   readonly operations: Map<string, RunningOperation>
   readonly blobAcks: Map<number, Deferred.Deferred<boolean>>
-  /** get_blob reads in flight (request-context parts), by KV id: the blob, or undefined on an error. */
+  /** get_blob reads in flight (request-context parts, attached images), by KV id: the blob, or undefined on an error. */
   readonly blobReads: Map<number, Deferred.Deferred<Uint8Array | undefined>>
   /**
    * Set while the run request's context parts are read back, before its turn starts: follow-ups
