@@ -8,7 +8,9 @@
  *
  * - a turn: `turns` conversations at once, each one short turn (3 unpaced deltas): RunSSE,
  *   the run request append, two commits, the model call, the checkpoint and its blob
- *   acknowledgements. CPU per turn = round CPU / turns.
+ *   acknowledgements. CPU per turn = round CPU / turns. Measured twice: each turn from a new
+ *   client (new connections, as the other benchmarks' turns), and from `turns` clients that
+ *   keep their connections from round to round (as Cursor keeps its own).
  * - a paced delta: `streams` turns of `pacedDeltas` deltas 5-20 ms apart, so that nearly every
  *   network read carries one delta (as a model streaming tokens). CPU per delta = (round CPU
  *   − streams × CPU per turn) / deltas.
@@ -21,6 +23,7 @@ import { pathToFileURL } from "node:url"
 import { startServer } from "./support/child.js"
 import * as Provider from "./support/provider.js"
 import { loadAverage, median, spread } from "./support/stats.js"
+import { CursorClient } from "../test/support/CursorClient.js"
 import { concurrently, serverStream } from "./support/streams.js"
 
 export interface CostOptions {
@@ -40,28 +43,33 @@ export const run = async (options: CostOptions = {}) => {
   const server = await startServer(provider.baseUrl)
   let sequence = 0
   const problems: Array<string> = []
-  const round = async (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number) => {
+  const kept = Array.from({ length: turns }, () => new CursorClient({ baseUrl: server.baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000 }))
+  const round = async (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number, clients?: ReadonlyArray<CursorClient>) => {
     const cpuStart = server.cpuSeconds()
-    const results = await concurrently(count, staggerMs, () =>
-      serverStream(server.baseUrl, provider, { id: `c${sequence++}`, deltas, minMs, maxMs }))
+    const results = await concurrently(count, staggerMs, (index) =>
+      serverStream(server.baseUrl, provider, { id: `c${sequence++}`, deltas, minMs, maxMs }, clients !== undefined ? { client: clients[index]! } : {}))
     problems.push(...results.flatMap((r) => r.problems))
     provider.reset()
     return { cpuMs: (server.cpuSeconds() - cpuStart) * 1000, deltas: results.reduce((n, r) => n + r.deltas, 0) }
   }
   const perTurn: Array<number> = []
+  const perTurnKept: Array<number> = []
   const perPaced: Array<number> = []
   const perUnpaced: Array<number> = []
   try {
     await round(turns, 3, 0, 0, 100)
+    await round(turns, 3, 0, 0, 100, kept)
     for (let r = 0; r < runs; r++) {
       const turn = (await round(turns, 3, 0, 0, 100)).cpuMs / turns
       perTurn.push(turn)
+      perTurnKept.push((await round(turns, 3, 0, 0, 100, kept)).cpuMs / turns)
       const paced = await round(streams, pacedDeltas, 5, 20, 100)
       perPaced.push(((paced.cpuMs - streams * turn) * 1000) / paced.deltas)
       const unpaced = await round(4, 5_000, 0, 0, 0)
       perUnpaced.push(((unpaced.cpuMs - 4 * turn) * 1000) / unpaced.deltas)
     }
   } finally {
+    kept.forEach((client) => client.close())
     await server.dispose()
     await provider.close()
   }
@@ -73,13 +81,14 @@ export const run = async (options: CostOptions = {}) => {
     "| unit | server CPU |",
     "| --- | ---: |",
     `| one short turn (${turns} at once; setup, 2 commits, model call, checkpoint, blob acks) | ${spread(perTurn, 1)} ms |`,
+    `| the same, from clients that keep their connections between turns (as Cursor does) | ${spread(perTurnKept, 1)} ms |`,
     `| one delta, paced 5–20 ms (about one delta per network read; ${streams} streams) | ${spread(perPaced, 0)} µs |`,
     `| one delta, unpaced (hundreds per network read; 4 streams × 5,000) | ${spread(perUnpaced, 0)} µs |`,
     "",
     `At ${pacedUs.toFixed(0)} µs per paced delta one core carries about ${Math.round(1e6 / pacedUs / 1000 * 10) / 10}k paced deltas/s; 200 streams at 5–20 ms ask for about 16k/s.`,
     ...(problems.length > 0 ? [`\n${problems.length} problems, e.g. ${problems.slice(0, 3).join("; ")}`] : [])
   ].join("\n")
-  return { perTurn, perPaced, perUnpaced, markdown }
+  return { perTurn, perTurnKept, perPaced, perUnpaced, markdown }
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {

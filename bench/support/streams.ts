@@ -54,9 +54,11 @@ export const serverStream = async (
   baseUrl: string,
   provider: StampedProvider,
   spec: StreamSpec,
-  options: { readonly heartbeatMs?: number; readonly conversationId?: string } = {}
+  options: { readonly heartbeatMs?: number; readonly conversationId?: string; readonly client?: CursorClient } = {}
 ): Promise<StreamResult> => {
-  const client = new CursorClient({ baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000, ...(options.heartbeatMs !== undefined ? { heartbeatMs: options.heartbeatMs } : {}) })
+  // A client of the caller's keeps its connections from turn to turn (as Cursor does); by default each turn has its own.
+  const client = options.client ??
+    new CursorClient({ baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000, ...(options.heartbeatMs !== undefined ? { heartbeatMs: options.heartbeatMs } : {}) })
   try {
     const transcript = await client.run({
       conversationId: options.conversationId ?? randomUUID(),
@@ -70,7 +72,7 @@ export const serverStream = async (
     if (measured.latencies.length !== spec.deltas) problems.push(`${measured.latencies.length} of ${spec.deltas} deltas arrived`)
     return { ...measured, deltas: measured.latencies.length, appends: transcript.appends, problems }
   } finally {
-    client.close()
+    if (options.client === undefined) client.close()
   }
 }
 
