@@ -1047,6 +1047,20 @@ export const encodeCheckpoint = (checkpoint: ConversationStateStructure): AgentS
 const utf8 = new TextEncoder()
 
 /** A message as AI-SDK-style JSON, the shape Cursor keeps in `root_prompt_messages_json` blobs. */
+/**
+ * A transcript message's prompt-message blob, computed once per message object: the history
+ * never changes, and every turn's checkpoint names all of it (a message with an image is
+ * megabytes to serialize and hash).
+ */
+const promptBlobs = new WeakMap<Message, Blob>()
+const promptBlobOf = (message: Message): Blob => {
+  const known = promptBlobs.get(message)
+  if (known !== undefined) return known
+  const blob = blobOf(utf8.encode(promptMessageJson(message)))
+  promptBlobs.set(message, blob)
+  return blob
+}
+
 export const promptMessageJson = (message: Message): string => {
   switch (message.role) {
     case "user":
@@ -1148,8 +1162,8 @@ export const projectCheckpoint = (input: CheckpointInput): Checkpoint => {
   // Ids the client holds or that are already queued to send (hex).
   const named = new Set([...(input.previous?.rootPromptMessagesJson ?? []), ...(input.previous?.turns ?? [])].map(hexOf))
   const blobs: Array<Blob> = []
-  const add = (data: Uint8Array): Uint8Array => {
-    const blob = blobOf(data)
+  const add = (data: Uint8Array | Blob): Uint8Array => {
+    const blob = data instanceof Uint8Array ? blobOf(data) : data
     const id = hexOf(blob.id)
     if (!named.has(id)) {
       named.add(id)
@@ -1202,7 +1216,7 @@ export const projectCheckpoint = (input: CheckpointInput): Checkpoint => {
     }
   })
   const turnId = add(toBinary(ConversationTurnStructureSchema, turn))
-  const roots = input.transcript.map((message) => add(utf8.encode(promptMessageJson(message))))
+  const roots = input.transcript.map((message) => add(promptBlobOf(message)))
   const previousTurns = (input.previous?.turns ?? []).filter((id) => !sameBytes(id, turnId))
   // Fields we do not manage (summaries, plans, file states...) carry over from the client's checkpoint.
   const checkpoint = input.previous === undefined

@@ -14,7 +14,7 @@ import {
   ResponseEvent,
   serializeMessage
 } from "../src/Llm.js"
-import { sha256 } from "../src/internal/Sha256.js"
+import { sha256, sha256Bytes } from "../src/internal/Sha256.js"
 
 const message: Message = {
   role: "assistant",
@@ -65,6 +65,18 @@ describe("Llm: hashes", () => {
     for (let length = 0; length < 200; length++) {
       const text = "x".repeat(length)
       assert.strictEqual(sha256(text), createHash("sha256").update(text).digest("hex"), `length ${length}`)
+    }
+  })
+
+  it("sha256 agrees with node:crypto on large inputs read block by block (a 1 MiB image, lengths around many block boundaries)", () => {
+    const big = new Uint8Array(1024 * 1024 + 37)
+    for (let i = 0; i < big.length; i++) big[i] = (i * 2654435761) >>> 24
+    assert.strictEqual(sha256Bytes(big), createHash("sha256").update(big).digest("hex"))
+    for (const blocks of [1, 2, 7, 40]) {
+      for (const delta of [-9, -8, -1, 0, 1, 8]) {
+        const bytes = big.subarray(0, blocks * 64 + delta)
+        assert.strictEqual(sha256Bytes(bytes), createHash("sha256").update(bytes).digest("hex"), `length ${bytes.length}`)
+      }
     }
   })
 

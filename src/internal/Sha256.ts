@@ -6,7 +6,7 @@
  * synchronously and deterministically. A property test checks it against node:crypto.
  */
 
-const K = new Uint32Array([
+const K = new Int32Array([
   0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
   0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
   0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
@@ -18,25 +18,19 @@ const K = new Uint32Array([
 ])
 
 const encoder = new TextEncoder()
-const W = new Uint32Array(64)
+const W = new Int32Array(64)
+const H = new Int32Array(8)
+const INITIAL = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]
 const HEX: Array<string> = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"))
 
-/** SHA-256 of `bytes`, as 64 lowercase hex characters. */
-export const sha256Bytes = (bytes: Uint8Array): string => {
-  const bitLength = bytes.length * 8
-  const paddedLength = (((bytes.length + 9 + 63) >> 6) << 6)
-  const data = new Uint8Array(paddedLength)
-  data.set(bytes)
-  data[bytes.length] = 0x80
-  const view = new DataView(data.buffer)
-  view.setUint32(paddedLength - 8, Math.floor(bitLength / 0x100000000))
-  view.setUint32(paddedLength - 4, bitLength >>> 0)
-
-  let h0 = 0x6a09e667, h1 = 0xbb67ae85, h2 = 0x3c6ef372, h3 = 0xa54ff53a
-  let h4 = 0x510e527f, h5 = 0x9b05688c, h6 = 0x1f83d9ab, h7 = 0x5be0cd19
-
-  for (let offset = 0; offset < paddedLength; offset += 64) {
-    for (let t = 0; t < 16; t++) W[t] = view.getUint32(offset + t * 4)
+/**
+ * Runs the compression function over the 64-byte blocks of `data` below `end`, updating `H`.
+ * Words are read straight from the bytes (big-endian), so a large input is not copied.
+ */
+const compress = (data: Uint8Array, end: number): void => {
+  let h0 = H[0]!, h1 = H[1]!, h2 = H[2]!, h3 = H[3]!, h4 = H[4]!, h5 = H[5]!, h6 = H[6]!, h7 = H[7]!
+  for (let offset = 0; offset < end; offset += 64) {
+    for (let t = 0, i = offset; t < 16; t++, i += 4) W[t] = (data[i]! << 24) | (data[i + 1]! << 16) | (data[i + 2]! << 8) | data[i + 3]!
     for (let t = 16; t < 64; t++) {
       const w15 = W[t - 15]!, w2 = W[t - 2]!
       const s0 = ((w15 >>> 7) | (w15 << 25)) ^ ((w15 >>> 18) | (w15 << 14)) ^ (w15 >>> 3)
@@ -50,16 +44,33 @@ export const sha256Bytes = (bytes: Uint8Array): string => {
       const temp1 = (h + S1 + ch + K[t]! + W[t]!) | 0
       const S0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10))
       const maj = (a & b) ^ (a & c) ^ (b & c)
-      const temp2 = (S0 + maj) | 0
       h = g; g = f; f = e; e = (d + temp1) | 0
-      d = c; c = b; b = a; a = (temp1 + temp2) | 0
+      d = c; c = b; b = a; a = (temp1 + S0 + maj) | 0
     }
     h0 = (h0 + a) | 0; h1 = (h1 + b) | 0; h2 = (h2 + c) | 0; h3 = (h3 + d) | 0
     h4 = (h4 + e) | 0; h5 = (h5 + f) | 0; h6 = (h6 + g) | 0; h7 = (h7 + h) | 0
   }
+  H[0] = h0; H[1] = h1; H[2] = h2; H[3] = h3; H[4] = h4; H[5] = h5; H[6] = h6; H[7] = h7
+}
 
+/** SHA-256 of `bytes`, as 64 lowercase hex characters. */
+export const sha256Bytes = (bytes: Uint8Array): string => {
+  H.set(INITIAL)
+  // The whole blocks in place, then the last bytes with the padding and the bit length.
+  const whole = bytes.length - (bytes.length % 64)
+  compress(bytes, whole)
+  const rest = bytes.length - whole
+  const tail = new Uint8Array(rest + 9 > 64 ? 128 : 64)
+  tail.set(bytes.subarray(whole))
+  tail[rest] = 0x80
+  const bitLength = bytes.length * 8
+  const view = new DataView(tail.buffer)
+  view.setUint32(tail.length - 8, Math.floor(bitLength / 0x100000000))
+  view.setUint32(tail.length - 4, bitLength >>> 0)
+  compress(tail, tail.length)
   let out = ""
-  for (const word of [h0, h1, h2, h3, h4, h5, h6, h7]) {
+  for (let i = 0; i < 8; i++) {
+    const word = H[i]!
     out += HEX[(word >>> 24) & 0xff]! + HEX[(word >>> 16) & 0xff]! + HEX[(word >>> 8) & 0xff]! + HEX[word & 0xff]!
   }
   return out
