@@ -321,7 +321,46 @@ describe("Bad input over the wire", () => {
         bidiAppendBody("fuzz-req", 3, { message: { case: "execClientMessage", value: { id: 1, message: { case: "readResult", value: { result: { case: "success", value: { path: "a", output: { case: "content", value: "x" } } } } } } } }),
         bidiAppendBody("fuzz-req", 4, { message: { case: "kvClientMessage", value: { id: 0, message: { case: "setBlobResult", value: {} } } } }),
         bidiAppendBody("fuzz-req", 5, { message: { case: "clientHeartbeat", value: {} } }),
-        bidiAppendBody("fuzz-req", 6, { message: { case: "conversationAction", value: { action: { case: "cancelAction", value: { reason: "x" } } } } })
+        bidiAppendBody("fuzz-req", 6, { message: { case: "conversationAction", value: { action: { case: "cancelAction", value: { reason: "x" } } } } }),
+        // The run request's newer parts: ref_only context references, attached images (inline,
+        // by blob id, sent along), files and selections.
+        bidiAppendBody("fuzz-ref", 0, runRequestMessage({
+          conversationId: "fuzz-conv-ref",
+          text: "look",
+          messageId: "m-ref",
+          refOnlyContext: { rules: bytes(40), mcps: bytes(30) },
+          images: [
+            { data: Uint8Array.from([0x89, 0x50, 0x4e, 0x47, 1, 2]), how: "data", mimeType: "image/png" },
+            { data: bytes(20), how: "blobId" },
+            { data: bytes(20), how: "preFetched" }
+          ]
+        })),
+        bidiAppendBody("fuzz-sel", 0, {
+          message: {
+            case: "runRequest",
+            value: {
+              conversationId: "fuzz-conv-sel",
+              action: {
+                action: {
+                  case: "userMessageAction",
+                  value: {
+                    userMessage: {
+                      text: "why",
+                      messageId: "m-sel",
+                      selectedContext: {
+                        files: [{ path: "/w/a.ts", content: "a" }],
+                        codeSelections: [{ path: "/w/b.ts", content: "b" }],
+                        terminals: [{ content: "$ ls", title: "sh" }],
+                        extraContext: ["more"]
+                      }
+                    },
+                    requestContext: {}
+                  }
+                }
+              }
+            }
+          }
+        })
       ]
       const mutate = (seed: Uint8Array): Uint8Array => {
         const out = Array.from(seed)
