@@ -452,12 +452,15 @@ const contextOf = (context: RequestContext | undefined): Array<UserContent> =>
  * `dynamic_context` of its part references (ref_only, where rules, skills, subagents and MCP
  * definitions are blobs the client holds), with the parts read back so far (`fetched`).
  */
-const requestContextOf = (request: AgentRunRequest): RequestContext | undefined => {
+const requestContextOf = (request: AgentRunRequest): RequestContext | undefined =>
+  inlineRequestContextOf(request) ?? request.action?.requestContextParts?.dynamicContext
+
+/** The request context the run request's action carries itself (legacy and dual transport). */
+const inlineRequestContextOf = (request: AgentRunRequest): RequestContext | undefined => {
   const action = request.action?.action
-  const inline = action?.case === "userMessageAction" || action?.case === "resumeAction" || action?.case === "startPlanAction"
+  return action?.case === "userMessageAction" || action?.case === "resumeAction" || action?.case === "startPlanAction"
     ? action.value.requestContext
     : undefined
-  return inline ?? request.action?.requestContextParts?.dynamicContext
 }
 
 /** The run request's user message (a new turn's or a plan's), if it has one. */
@@ -472,13 +475,9 @@ const runUserMessageOf = (request: AgentRunRequest): CursorUserMessage | undefin
  * not come along in `pre_fetched_blobs`.
  */
 const contextToFetchOf = (request: AgentRunRequest): ReadonlyArray<ContextPartRef> => {
-  const action = request.action?.action
   const parts = request.action?.requestContextParts
-  const inline = action?.case === "userMessageAction" || action?.case === "resumeAction" || action?.case === "startPlanAction"
-    ? action.value.requestContext
-    : undefined
   const refs: Array<ContextPartRef> = []
-  if (parts !== undefined && inline === undefined) {
+  if (parts !== undefined && inlineRequestContextOf(request) === undefined) {
     if (parts.rulesBlobId.length > 0) refs.push({ part: "rules", blobId: parts.rulesBlobId, byteLength: parts.rulesByteLength })
     if (parts.mcpsBlobId.length > 0) refs.push({ part: "mcps", blobId: parts.mcpsBlobId, byteLength: parts.mcpsByteLength })
   }
@@ -517,7 +516,7 @@ export const withContextParts = (
       problems.push(`${what} was not read back`)
       continue
     }
-    if (bytesToHex(blobIdOf(data)) !== bytesToHex(ref.blobId) || (ref.byteLength > 0 && data.length !== ref.byteLength)) {
+    if (sha256Bytes(data) !== bytesToHex(ref.blobId) || (ref.byteLength > 0 && data.length !== ref.byteLength)) {
       problems.push(`${what} does not match its id or length`)
       continue
     }
@@ -543,7 +542,7 @@ const decodeRunRequest = (request: AgentRunRequest): RunRequest => decodeRunRequ
 
 const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestContext | undefined, readBack: ReadonlyMap<string, Uint8Array>): RunRequest => {
   const action = request.action?.action
-  const userMessage = action?.case === "userMessageAction" || action?.case === "startPlanAction" ? action.value.userMessage : undefined
+  const userMessage = runUserMessageOf(request)
   // Start-plan is a user turn in plan mode, whatever mode the message itself says.
   const mode = action?.case === "startPlanAction"
     ? "plan"
@@ -1144,8 +1143,6 @@ export interface Checkpoint {
   readonly checkpoint: ConversationStateStructure
 }
 
-const hexOf = (bytes: Uint8Array): string => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("hex")
-
 const sameBytes = (a: Uint8Array, b: Uint8Array): boolean => a.length === b.length && a.every((byte, i) => byte === b[i])
 
 /**
@@ -1160,11 +1157,11 @@ const sameBytes = (a: Uint8Array, b: Uint8Array): boolean => a.length === b.leng
  */
 export const projectCheckpoint = (input: CheckpointInput): Checkpoint => {
   // Ids the client holds or that are already queued to send (hex).
-  const named = new Set([...(input.previous?.rootPromptMessagesJson ?? []), ...(input.previous?.turns ?? [])].map(hexOf))
+  const named = new Set([...(input.previous?.rootPromptMessagesJson ?? []), ...(input.previous?.turns ?? [])].map(bytesToHex))
   const blobs: Array<Blob> = []
   const add = (data: Uint8Array | Blob): Uint8Array => {
     const blob = data instanceof Uint8Array ? blobOf(data) : data
-    const id = hexOf(blob.id)
+    const id = bytesToHex(blob.id)
     if (!named.has(id)) {
       named.add(id)
       blobs.push(blob)

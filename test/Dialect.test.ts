@@ -73,6 +73,9 @@ import { startTool } from "../src/Tools.js"
 // Helpers
 // =============================================================================
 
+/** A blob id computed independently of the code under test. */
+const sha256Of = (data: Uint8Array): Uint8Array => new Uint8Array(createHash("sha256").update(data).digest())
+
 type ClientInit = NonNullable<MessageInitShape<typeof AgentClientMessageSchema>["message"]>
 
 const appendBody = (message: ClientInit, options: { requestId?: string; seqno?: bigint; binary?: boolean } = {}): Uint8Array => {
@@ -611,11 +614,10 @@ describe("KV and checkpoints", () => {
     const mcps = toBinary(RequestContextMcpsPartSchema, create(RequestContextMcpsPartSchema, {
       tools: [{ name: "lookup", providerIdentifier: "docs", toolName: "lookup", inputSchemaJson: "{\"type\":\"object\"}" }]
     }))
-    const sha = (data: Uint8Array) => new Uint8Array(createHash("sha256").update(data).digest())
     const parts = {
-      rulesBlobId: sha(rules),
+      rulesBlobId: sha256Of(rules),
       rulesByteLength: rules.length,
-      mcpsBlobId: sha(mcps),
+      mcpsBlobId: sha256Of(mcps),
       mcpsByteLength: mcps.length,
       skillsBlobId: new Uint8Array(32).fill(3),
       dynamicContext: { env: { workspacePaths: ["/w"] } }
@@ -630,7 +632,7 @@ describe("KV and checkpoints", () => {
     // The environment comes from dynamic_context meanwhile.
     assert.deepStrictEqual(refOnly.workspace.workspacePaths, ["/w"])
     assert.deepStrictEqual(refOnly.mcpTools, [])
-    const merged = withContextParts(refOnly, new Map([[bytesToHex(sha(rules)), rules], [bytesToHex(sha(mcps)), mcps]]))
+    const merged = withContextParts(refOnly, new Map([[bytesToHex(sha256Of(rules)), rules], [bytesToHex(sha256Of(mcps)), mcps]]))
     assert.deepStrictEqual(merged.problems, [])
     assert.deepStrictEqual(merged.run.contextToFetch, [])
     assert.deepStrictEqual(merged.run.mcpTools.map((tool) => tool.toolName), ["lookup"])
@@ -640,7 +642,7 @@ describe("KV and checkpoints", () => {
     assert.deepStrictEqual(start.start.settings.options["rules"], [{ path: "/w/AGENTS.md", content: "be brief" }, { path: "", content: "user rule" }])
     assert.deepStrictEqual(start.start.settings.options["mcpTools"], merged.run.mcpTools)
     // Bytes that are not the named blob (or a part not read back) are left out, and said so.
-    const wrong = withContextParts(refOnly, new Map([[bytesToHex(sha(rules)), mcps]]))
+    const wrong = withContextParts(refOnly, new Map([[bytesToHex(sha256Of(rules)), mcps]]))
     assert.strictEqual(wrong.problems.length, 2)
     assert.deepStrictEqual(wrong.run.mcpTools, [])
     // Dual transport (inline context and part references): nothing to read back.
@@ -659,13 +661,12 @@ describe("KV and checkpoints", () => {
     const png = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 1, 2, 3])
     const jpeg = new Uint8Array([0xff, 0xd8, 0xff, 0xe0, 9, 9])
     const gif = new Uint8Array([0x47, 0x49, 0x46, 0x38, 0x39, 0x61, 7])
-    const sha = (data: Uint8Array) => new Uint8Array(createHash("sha256").update(data).digest())
     const base64 = (data: Uint8Array) => Buffer.from(data).toString("base64")
     const run = decodeMessage("RunRequest", {
       case: "runRequest",
       value: {
         conversationId: "c",
-        preFetchedBlobs: [{ id: sha(jpeg), value: jpeg }],
+        preFetchedBlobs: [{ id: sha256Of(jpeg), value: jpeg }],
         action: {
           action: {
             case: "userMessageAction",
@@ -676,8 +677,8 @@ describe("KV and checkpoints", () => {
                 selectedContext: {
                   selectedImages: [
                     { dataOrBlobId: { case: "data", value: png }, path: "/w/a.png" },
-                    { dataOrBlobId: { case: "blobId", value: sha(jpeg) }, mimeType: "image/jpeg" },
-                    { dataOrBlobId: { case: "blobId", value: sha(gif) }, path: "/w/c.gif" }
+                    { dataOrBlobId: { case: "blobId", value: sha256Of(jpeg) }, mimeType: "image/jpeg" },
+                    { dataOrBlobId: { case: "blobId", value: sha256Of(gif) }, path: "/w/c.gif" }
                   ]
                 }
               },
@@ -688,7 +689,7 @@ describe("KV and checkpoints", () => {
       }
     })
     // Only the image neither inline nor sent along is to be read back.
-    assert.deepStrictEqual(run.contextToFetch.map((ref) => [ref.part, bytesToHex(ref.blobId)]), [["image", bytesToHex(sha(gif))]])
+    assert.deepStrictEqual(run.contextToFetch.map((ref) => [ref.part, bytesToHex(ref.blobId)]), [["image", bytesToHex(sha256Of(gif))]])
     const contentOf = (r: Pick<typeof run, "action">) => r.action._tag === "StartTurn" ? r.action.start.message.content : []
     assert.deepStrictEqual(contentOf(run), [
       { type: "image", data: base64(png), mimeType: "image/png" },
@@ -696,11 +697,11 @@ describe("KV and checkpoints", () => {
       { type: "text", text: "[An attached image (/w/c.gif) could not be read from the editor.]" },
       { type: "text", text: "what is in these?" }
     ])
-    const read = withContextParts(run, new Map([[bytesToHex(sha(gif)), gif]]))
+    const read = withContextParts(run, new Map([[bytesToHex(sha256Of(gif)), gif]]))
     assert.deepStrictEqual(read.problems, [])
     assert.deepStrictEqual(contentOf(read.run)[2], { type: "image", data: base64(gif), mimeType: "image/gif" })
     // Bytes that are not the named image are not used.
-    const wrong = withContextParts(run, new Map([[bytesToHex(sha(gif)), png]]))
+    const wrong = withContextParts(run, new Map([[bytesToHex(sha256Of(gif)), png]]))
     assert.strictEqual(wrong.problems.length, 1)
     assert.strictEqual(contentOf(wrong.run)[2]?.type, "text")
   })

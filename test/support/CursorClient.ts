@@ -64,6 +64,9 @@ export const toHex = (bytes: Uint8Array): string => Buffer.from(bytes).toString(
 
 export const sha256Hex = (bytes: Uint8Array): string => createHash("sha256").update(bytes).digest("hex")
 
+/** A blob id as Cursor sends it: the raw 32-byte SHA-256 of the data. */
+export const blobIdBytes = (data: Uint8Array): Uint8Array => new Uint8Array(createHash("sha256").update(data).digest())
+
 export type AgentClientMessageInit = MessageInitShape<typeof AgentClientMessageSchema>
 
 /** The body of a RunSSE request: one enveloped `BidiRequestId`. */
@@ -109,9 +112,8 @@ const agentMode = (mode: RunRequestSpec["mode"]): AgentMode =>
 /** Seq 0 of a turn: the `run_request` with conversation id, requested model and the user message. */
 export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit => {
   const env = { workspacePaths: [...(spec.workspacePaths ?? [])] }
-  const sha = (data: Uint8Array) => new Uint8Array(createHash("sha256").update(data).digest())
   const selectedImages = (spec.images ?? []).map((image) => ({
-    dataOrBlobId: image.how === "data" ? { case: "data" as const, value: image.data } : { case: "blobId" as const, value: sha(image.data) },
+    dataOrBlobId: image.how === "data" ? { case: "data" as const, value: image.data } : { case: "blobId" as const, value: blobIdBytes(image.data) },
     path: image.path ?? "",
     mimeType: image.mimeType ?? ""
   }))
@@ -121,10 +123,8 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
     mode: agentMode(spec.mode),
     ...(selectedImages.length > 0 ? { selectedContext: { selectedImages } } : {})
   }
-  const preFetchedBlobs = (spec.images ?? []).filter((image) => image.how === "preFetched").map((image) => ({ id: sha(image.data), value: image.data }))
+  const preFetchedBlobs = (spec.images ?? []).filter((image) => image.how === "preFetched").map((image) => ({ id: blobIdBytes(image.data), value: image.data }))
   const refOnly = spec.refOnlyContext
-  const reference = (data: Uint8Array | undefined) =>
-    data === undefined ? { blobId: new Uint8Array(), byteLength: 0 } : { blobId: new Uint8Array(createHash("sha256").update(data).digest()), byteLength: data.length }
   return {
     message: {
       case: "runRequest",
@@ -139,10 +139,8 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
           : {
             action: { case: "userMessageAction", value: { userMessage } },
             requestContextParts: {
-              rulesBlobId: reference(refOnly.rules).blobId,
-              rulesByteLength: reference(refOnly.rules).byteLength,
-              mcpsBlobId: reference(refOnly.mcps).blobId,
-              mcpsByteLength: reference(refOnly.mcps).byteLength,
+              ...(refOnly.rules !== undefined ? { rulesBlobId: blobIdBytes(refOnly.rules), rulesByteLength: refOnly.rules.length } : {}),
+              ...(refOnly.mcps !== undefined ? { mcpsBlobId: blobIdBytes(refOnly.mcps), mcpsByteLength: refOnly.mcps.length } : {}),
               dynamicContext: { env }
             }
           }
