@@ -15,23 +15,18 @@
  * Every wait is bounded: `serverBackTimeoutMs` for the server to come back, `turnTimeoutMs`
  * for a turn to end. Plain Promises on `node:http`.
  */
-import { fromBinary } from "@bufbuild/protobuf"
 import { Either } from "effect"
 import * as http from "node:http"
-import { gunzipSync } from "node:zlib"
 import * as Dialect from "../../src/Dialect.js"
-import { AgentServerMessageSchema } from "../../src/gen/agent/v1/agent_pb.js"
 import type { AgentServerMessage, ConversationStateStructure, ExecServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
 import {
   type AgentClientMessageInit,
   bidiAppendBody,
-  FLAG_COMPRESSED,
-  FLAG_END_STREAM,
   type FrameEvent,
   frameEvent,
+  openRawRunSse,
   runRequestMessage,
   type RunRequestSpec,
-  runSseBody,
   sha256Hex,
   toHex,
   type Workspace
@@ -252,65 +247,20 @@ class CrashTurn {
     const connection = ++this.connections
     const answeredExecs = new Set<number>()
     const answeredKv = new Set<number>()
-    const body = runSseBody(this.spec.requestId)
-    const url = new URL(this.client.options.baseUrl)
     return new Promise((resolveStream) => {
-      let settled = false
-      const settle = (outcome: "ended" | "broken") => {
-        if (settled) return
-        settled = true
-        resolveStream(outcome)
-      }
-      const request = http.request({
-        host: url.hostname,
-        port: url.port,
-        path: "/agent.v1.AgentService/RunSSE",
-        method: "POST",
-        agent: false,
-        headers: {
-          "content-type": "application/connect+proto",
-          "connect-protocol-version": "1",
-          "x-request-id": this.spec.requestId,
-          "content-length": String(body.length)
-        }
-      }, (response) => {
-        if (response.statusCode !== 200) this.problems.push(`RunSSE answered HTTP ${response.statusCode}`)
-        let buffer: Buffer = Buffer.alloc(0)
-        response.on("data", (chunk: Buffer) => {
-          if (settled) return
-          buffer = buffer.length === 0 ? chunk : Buffer.concat([buffer, chunk])
-          while (buffer.length >= 5 && !settled) {
-            const length = buffer.readUInt32BE(1)
-            if (buffer.length < 5 + length) break
-            const flags = buffer[0]!
-            let payload = new Uint8Array(buffer.subarray(5, 5 + length))
-            buffer = buffer.subarray(5 + length)
-            if ((flags & FLAG_COMPRESSED) !== 0) payload = new Uint8Array(gunzipSync(payload))
-            if ((flags & FLAG_END_STREAM) !== 0) {
-              const end = Dialect.decodeEndStream(payload)
-              if (Either.isLeft(end)) this.problems.push(`bad end-stream frame: ${end.left.message}`)
-              else this.end = end.right
-              request.destroy()
-              settle("ended")
-              return
-            }
-            let message: AgentServerMessage
-            try {
-              message = fromBinary(AgentServerMessageSchema, payload)
-            } catch (error) {
-              this.problems.push(`undecodable server frame: ${(error as Error).message}`)
-              continue
-            }
-            this.onMessage(connection, message, answeredExecs, answeredKv)
-          }
-        })
-        response.on("end", () => settle("broken"))
-        response.on("error", () => settle("broken"))
-        response.on("close", () => settle("broken"))
+      this.current = openRawRunSse(this.client.options.baseUrl, this.spec.requestId, {
+        onStatus: (status) => {
+          if (status !== 200) this.problems.push(`RunSSE answered HTTP ${status}`)
+        },
+        onMessage: (message) => this.onMessage(connection, message, answeredExecs, answeredKv),
+        onUndecodable: (error) => void this.problems.push(`undecodable server frame: ${error.message}`),
+        onEnd: (end) => {
+          if (Either.isLeft(end)) this.problems.push(`bad end-stream frame: ${end.left.message}`)
+          else this.end = end.right
+          resolveStream("ended")
+        },
+        onBroken: () => resolveStream("broken")
       })
-      this.current = request
-      request.on("error", () => settle("broken"))
-      request.end(body)
     })
   }
 

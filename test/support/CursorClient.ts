@@ -69,6 +69,77 @@ export const blobIdBytes = (data: Uint8Array): Uint8Array => new Uint8Array(crea
 
 export type AgentClientMessageInit = MessageInitShape<typeof AgentClientMessageSchema>
 
+export interface RawRunSseHandlers {
+  /** The response status, once the head arrived. */
+  readonly onStatus?: (status: number) => void
+  readonly onMessage: (message: AgentServerMessage) => void
+  /** A frame that is not an `AgentServerMessage`. */
+  readonly onUndecodable: (error: Error) => void
+  /** The end-stream frame, decoded (the request is destroyed right after). */
+  readonly onEnd: (end: Either.Either<Dialect.EndStream, { readonly message: string }>) => void
+  /** The stream stopped without an end-stream frame: the response `ended`, `broke` (error or close), or the request `failed`. */
+  readonly onBroken: (how: "ended" | "broke" | "failed", error?: Error) => void
+}
+
+/**
+ * One RunSSE opened by hand, outside a `Turn` (crash and reattach drivers): its own connection,
+ * Connect envelopes read as they arrive (gzip-compressed ones inflated), each handler called at
+ * most until the stream is over. Destroy the returned request to stop reading.
+ */
+export const openRawRunSse = (baseUrl: string, requestId: string, handlers: RawRunSseHandlers): http.ClientRequest => {
+  const url = new URL(baseUrl)
+  const body = runSseBody(requestId)
+  let over = false
+  const broken = (how: "ended" | "broke" | "failed", error?: Error) => {
+    if (over) return
+    over = true
+    handlers.onBroken(how, error)
+  }
+  const request = http.request({
+    host: url.hostname,
+    port: url.port,
+    path: "/agent.v1.AgentService/RunSSE",
+    method: "POST",
+    agent: false,
+    headers: { "content-type": "application/connect+proto", "connect-protocol-version": "1", "x-request-id": requestId, "content-length": String(body.length) }
+  }, (response) => {
+    handlers.onStatus?.(response.statusCode ?? 0)
+    let buffer: Buffer = Buffer.alloc(0)
+    response.on("data", (chunk: Buffer) => {
+      if (over) return
+      buffer = buffer.length === 0 ? chunk : Buffer.concat([buffer, chunk])
+      while (buffer.length >= 5 && !over) {
+        const length = buffer.readUInt32BE(1)
+        if (buffer.length < 5 + length) break
+        const flags = buffer[0]!
+        let payload = new Uint8Array(buffer.subarray(5, 5 + length))
+        buffer = buffer.subarray(5 + length)
+        if ((flags & FLAG_COMPRESSED) !== 0) payload = new Uint8Array(gunzipSync(payload))
+        if ((flags & FLAG_END_STREAM) !== 0) {
+          over = true
+          handlers.onEnd(Dialect.decodeEndStream(payload))
+          request.destroy()
+          return
+        }
+        let message: AgentServerMessage
+        try {
+          message = fromBinary(AgentServerMessageSchema, payload)
+        } catch (error) {
+          handlers.onUndecodable(error as Error)
+          continue
+        }
+        handlers.onMessage(message)
+      }
+    })
+    response.on("end", () => broken("ended"))
+    response.on("error", () => broken("broke"))
+    response.on("close", () => broken("broke"))
+  })
+  request.on("error", (error) => broken("failed", error))
+  request.end(body)
+  return request
+}
+
 /** The body of a RunSSE request: one enveloped `BidiRequestId`. */
 export const runSseBody = (requestId: string): Uint8Array =>
   envelope(0, toBinary(BidiRequestIdSchema, create(BidiRequestIdSchema, { requestId })))

@@ -4,12 +4,9 @@
  * `set_blob` with an append numbered on from where the client's numbering is. For tests of a
  * restarted process (a turn's end replayed, a recovered turn streaming on).
  */
-import { fromBinary } from "@bufbuild/protobuf"
-import * as http from "node:http"
 import * as Dialect from "../../src/Dialect.js"
-import { AgentServerMessageSchema } from "../../src/gen/agent/v1/agent_pb.js"
 import type { AgentServerMessage, ConversationStateStructure } from "../../src/gen/agent/v1/agent_pb.js"
-import { frameEvent, runSseBody, sha256Hex, toHex } from "./CursorClient.js"
+import { frameEvent, openRawRunSse, sha256Hex, toHex } from "./CursorClient.js"
 import type { CursorClient, FrameEvent } from "./CursorClient.js"
 
 export interface Reattached {
@@ -27,7 +24,6 @@ export interface Reattached {
  */
 export const reattach = (client: CursorClient, requestId: string, firstSeqno: number, timeoutMs = 15_000): Promise<Reattached> =>
   new Promise((resolve) => {
-    const url = new URL(client.options.baseUrl)
     const events: Array<FrameEvent> = []
     const checkpoints: Array<ConversationStateStructure> = []
     const blobs = new Map<string, Uint8Array>()
@@ -61,37 +57,17 @@ export const reattach = (client: CursorClient, requestId: string, firstSeqno: nu
           }, (error: Error) => void problems.push(`the set_blob acknowledgement ${kvId} failed: ${error.message}`)))
       }
     }
-    const body = runSseBody(requestId)
-    const request = http.request({
-      host: url.hostname,
-      port: url.port,
-      path: "/agent.v1.AgentService/RunSSE",
-      method: "POST",
-      agent: false,
-      headers: { "content-type": "application/connect+proto", "connect-protocol-version": "1", "x-request-id": requestId, "content-length": String(body.length) }
-    }, (response) => {
-      let buffer = Buffer.alloc(0)
-      response.on("data", (chunk: Buffer) => {
-        buffer = Buffer.concat([buffer, chunk])
-        while (buffer.length >= 5 && !settled) {
-          const length = buffer.readUInt32BE(1)
-          if (buffer.length < 5 + length) break
-          const flags = buffer[0]!
-          const payload = new Uint8Array(buffer.subarray(5, 5 + length))
-          buffer = buffer.subarray(5 + length)
-          if ((flags & 0x02) !== 0) {
-            const decoded = Dialect.decodeEndStream(payload)
-            if (decoded._tag === "Right") end = decoded.right
-            else problems.push(`bad end-stream: ${decoded.left.message}`)
-            settle()
-            return
-          }
-          onMessage(fromBinary(AgentServerMessageSchema, payload))
-        }
-      })
-      response.on("end", () => settle("RunSSE ended without an end-stream frame"))
-      response.on("error", () => settle("RunSSE broke"))
+    const request = openRawRunSse(client.options.baseUrl, requestId, {
+      onMessage: (message) => {
+        if (!settled) onMessage(message)
+      },
+      onUndecodable: (error) => void problems.push(`undecodable server frame: ${error.message}`),
+      onEnd: (decoded) => {
+        if (decoded._tag === "Right") end = decoded.right
+        else problems.push(`bad end-stream: ${decoded.left.message}`)
+        settle()
+      },
+      onBroken: (how, error) =>
+        settle(how === "ended" ? "RunSSE ended without an end-stream frame" : how === "failed" ? `RunSSE failed: ${error?.message ?? ""}` : "RunSSE broke")
     })
-    request.on("error", (error) => settle(`RunSSE failed: ${error.message}`))
-    request.end(body)
   })
