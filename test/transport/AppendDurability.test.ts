@@ -106,6 +106,22 @@ const stall: Script = { _tag: "Stall", events: [{ _tag: "Start" }, { _tag: "Text
 const followUp = (textValue: string) => userMessageAction(textValue, "agent", `msg-${textValue.replace(/\W/g, "-")}`)
 
 /** Seq 0: a run request whose model call stalls (the turn stays in progress); acknowledged once committed. */
+/**
+ * The client re-sends `seq1` and seq 3 (a follow-up "two") to the restarted process while the
+ * recovered turn re-issues its model call; both are acknowledged, across the gap at seq 2.
+ */
+const resendAcrossGap = (server: ServerHarness.Harness, client: CursorClient, requestId: string, seq1: AgentClientMessageInit) =>
+  Effect.gen(function*() {
+    const resent = yield* Effect.forkScoped(Effect.all([
+      append(client, requestId, 1, seq1),
+      append(client, requestId, 3, followUp("two"))
+    ], { concurrency: "unbounded" }))
+    assert.strictEqual((yield* server.runner.recover).llmCallsReissued, 1)
+    const [first, third] = yield* resent
+    assertAck(first, "seq 1 re-sent")
+    assertAck(third, "seq 3")
+  })
+
 const startStalledTurn = (server: ServerHarness.Harness, client: CursorClient, requestId: string, conversationId: string) =>
   Effect.gen(function*() {
     assertAck(yield* append(client, requestId, 0, runRequestMessage({ conversationId, messageId: `msg-${requestId}`, text: "look at the code" })), "run request")
@@ -220,14 +236,7 @@ describe("A recovered turn passes over the gaps in its client's re-sent appends"
       const server = yield* serverOn(database, [stall], { gapGraceMs: 60_000, appendAckTimeoutMs: 10_000 })
       const client = yield* clientFor(server)
       // Re-sent: seq 1 (its acknowledgement lost in the crash) and seq 3 (never got there). Seq 2 is the gap.
-      const resent = yield* Effect.forkScoped(Effect.all([
-        append(client, request, 1, clientHeartbeat()),
-        append(client, request, 3, followUp("two"))
-      ], { concurrency: "unbounded" }))
-      assert.strictEqual((yield* server.runner.recover).llmCallsReissued, 1)
-      const [first, third] = yield* resent
-      assertAck(first, "seq 1 re-sent")
-      assertAck(third, "seq 3")
+      yield* resendAcrossGap(server, client, request, clientHeartbeat())
       assert.deepStrictEqual(yield* userTexts(server, conversation), ["look at the code", "one", "two"])
     }))
 
@@ -268,14 +277,7 @@ describe("A recovered turn passes over the gaps in its client's re-sent appends"
       const server = yield* serverOn(database, [stall], { gapGraceMs: 200, appendAckTimeoutMs: 30_000 })
       const client = yield* clientFor(server)
       // Re-sent: seq 1 (committed; its acknowledgement lost) and seq 3 (new). Seq 2 will not come back.
-      const resent = yield* Effect.forkScoped(Effect.all([
-        append(client, request, 1, followUp("one")),
-        append(client, request, 3, followUp("two"))
-      ], { concurrency: "unbounded" }))
-      assert.strictEqual((yield* server.runner.recover).llmCallsReissued, 1)
-      const [first, third] = yield* resent
-      assertAck(first, "seq 1 re-sent")
-      assertAck(third, "seq 3")
+      yield* resendAcrossGap(server, client, request, followUp("one"))
       assert.deepStrictEqual(yield* userTexts(server, conversation), ["look at the code", "one", "two"])
     }))
 
