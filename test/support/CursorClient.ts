@@ -69,6 +69,22 @@ export const blobIdBytes = (data: Uint8Array): Uint8Array => new Uint8Array(crea
 
 export type AgentClientMessageInit = MessageInitShape<typeof AgentClientMessageSchema>
 
+/** The HTTP request of a RunSSE: the route, Connect's headers and the request id. */
+const runSseRequestOptions = (url: URL, requestId: string, body: Uint8Array, agent: http.Agent | false, headers: Readonly<Record<string, string>> = {}): http.RequestOptions => ({
+  host: url.hostname,
+  port: url.port,
+  path: "/agent.v1.AgentService/RunSSE",
+  method: "POST",
+  agent,
+  headers: {
+    "content-type": "application/connect+proto",
+    "connect-protocol-version": "1",
+    "x-request-id": requestId,
+    ...headers,
+    "content-length": String(body.length)
+  }
+})
+
 export interface RawRunSseHandlers {
   /** The response status, once the head arrived. */
   readonly onStatus?: (status: number) => void
@@ -95,14 +111,7 @@ export const openRawRunSse = (baseUrl: string, requestId: string, handlers: RawR
     over = true
     handlers.onBroken(how, error)
   }
-  const request = http.request({
-    host: url.hostname,
-    port: url.port,
-    path: "/agent.v1.AgentService/RunSSE",
-    method: "POST",
-    agent: false,
-    headers: { "content-type": "application/connect+proto", "connect-protocol-version": "1", "x-request-id": requestId, "content-length": String(body.length) }
-  }, (response) => {
+  const request = http.request(runSseRequestOptions(url, requestId, body, false), (response) => {
     handlers.onStatus?.(response.statusCode ?? 0)
     let buffer: Buffer = Buffer.alloc(0)
     response.on("data", (chunk: Buffer) => {
@@ -1101,21 +1110,8 @@ export class Turn {
     const body = runSseBody(this.requestId)
     const url = new URL(this.client.options.baseUrl)
     return new Promise((resolveOpen) => {
-      const request = http.request({
-        host: url.hostname,
-        port: url.port,
-        path: "/agent.v1.AgentService/RunSSE",
-        method: "POST",
-        agent: this.client.agent,
-        headers: {
-          "content-type": "application/connect+proto",
-          "connect-protocol-version": "1",
-          "x-request-id": this.requestId,
-          "x-cursor-streaming": "true",
-          ...this.client.options.extraHeaders,
-          "content-length": String(body.length)
-        }
-      }, (response) => {
+      const headers = { "x-cursor-streaming": "true", ...this.client.options.extraHeaders }
+      const request = http.request(runSseRequestOptions(url, this.requestId, body, this.client.agent, headers), (response) => {
         connection.headers = response.headers
         resolveOpen()
         if (response.statusCode !== 200) this.problems.push(`RunSSE answered HTTP ${response.statusCode}`)
