@@ -48,6 +48,20 @@ export const Limits = Schema.Struct({
   appendWindow: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1024 })
 })
 
+export const TlsConfig = Schema.Struct({
+  port: Schema.optionalWith(Port, { default: () => 8790 }),
+  /** PEM files: the certificate (chain) and its private key. */
+  certFile: Schema.String,
+  keyFile: Schema.String
+})
+
+export const Http2Config = Schema.Struct({
+  /** Cleartext HTTP/2 with prior knowledge (h2c), for the CLI and tests; null turns it off. */
+  cleartextPort: Schema.optionalWith(Schema.NullOr(Port), { default: () => 8789 }),
+  /** TLS with ALPN h2 (for the IDE); off unless a certificate and key are given. */
+  tls: Schema.optional(TlsConfig)
+})
+
 export const FileConfig = Schema.Struct({
   host: Schema.optionalWith(Schema.String, { default: () => "127.0.0.1" }),
   port: Schema.optionalWith(Port, { default: () => 8787 }),
@@ -60,6 +74,13 @@ export const FileConfig = Schema.Struct({
    * messages of the turn's checkpoint; past it the turn ends without the checkpoint.
    */
   blobAckTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 30_000 }),
+  /**
+   * How long a stream stays open after a turn's end for a message the user queued meanwhile
+   * (Cursor sends it on the same request right after turn_ended; it runs as the next turn there).
+   */
+  queuedMessageGraceMs: Schema.optionalWith(Schema.Int.pipe(Schema.nonNegative()), { default: () => 1500 }),
+  /** The HTTP/2 listeners that serve `Run`. */
+  http2: Schema.optionalWith(Http2Config, { default: () => Schema.decodeSync(Http2Config)({}) }),
   maxLlmCallsPerTurn: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 50 }),
   limits: Schema.optionalWith(Limits, { default: () => Schema.decodeSync(Limits)({}) }),
   retry: Schema.optional(RetryConfig),
@@ -81,6 +102,12 @@ export interface ServerConfig {
   readonly heartbeatMs: number
   readonly orphanTimeoutMs: number
   readonly blobAckTimeoutMs: number
+  readonly queuedMessageGraceMs: number
+  /** Where `Run` is served over HTTP/2: h2c on `cleartextPort`, TLS on `tls.port`; each undefined when off. */
+  readonly http2: {
+    readonly cleartextPort: number | undefined
+    readonly tls: { readonly port: number; readonly certFile: string; readonly keyFile: string } | undefined
+  }
   readonly maxLlmCallsPerTurn: number
   readonly limits: typeof Limits.Type
   /** What the `Llm` router is built from: providers with their keys resolved. */
@@ -185,6 +212,8 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     heartbeatMs: file.heartbeatMs,
     orphanTimeoutMs: file.orphanTimeoutMs,
     blobAckTimeoutMs: file.blobAckTimeoutMs,
+    queuedMessageGraceMs: file.queuedMessageGraceMs,
+    http2: http2Of(file, env),
     maxLlmCallsPerTurn: file.maxLlmCallsPerTurn,
     limits: file.limits,
     router: file.retry === undefined ? { providers: routed, models } : { providers: routed, models, retry: file.retry },
@@ -194,6 +223,24 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     faults: FaultInjection.fromEnvironment(env)
   }
 }
+
+/**
+ * The HTTP/2 listeners: the file's, then `BYOK_H2C_PORT` (a port, or `off`), `BYOK_TLS_PORT`,
+ * `BYOK_TLS_CERT` and `BYOK_TLS_KEY` (both PEM file paths turn TLS on).
+ */
+const http2Of = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ServerConfig["http2"] => {
+  const h2c = env["BYOK_H2C_PORT"]
+  const cleartextPort = h2c === undefined ? file.http2.cleartextPort ?? undefined : h2c === "off" ? undefined : Number(h2c)
+  const certFile = env["BYOK_TLS_CERT"] ?? file.http2.tls?.certFile
+  const keyFile = env["BYOK_TLS_KEY"] ?? file.http2.tls?.keyFile
+  const tlsPort = env["BYOK_TLS_PORT"] !== undefined ? Number(env["BYOK_TLS_PORT"]) : file.http2.tls?.port ?? 8790
+  return {
+    cleartextPort,
+    tls: certFile !== undefined && keyFile !== undefined ? { port: tlsPort, certFile, keyFile } : undefined
+  }
+}
+
+const isPort = (port: number | undefined) => port === undefined || (Number.isInteger(port) && port >= 0 && port <= 65535)
 
 const formatIssue = (error: ParseResult.ParseError) => ParseResult.TreeFormatter.formatErrorSync(error)
 
@@ -228,6 +275,12 @@ export const load: Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSyste
   const config = resolve(file, env)
   if (!Number.isInteger(config.port) || config.port < 0 || config.port > 65535) {
     return yield* new ConfigError({ message: `BYOK_PORT must be a port number (0-65535), got ${env["BYOK_PORT"]}` })
+  }
+  if (!isPort(config.http2.cleartextPort)) {
+    return yield* new ConfigError({ message: `BYOK_H2C_PORT must be a port number (0-65535) or off, got ${env["BYOK_H2C_PORT"]}` })
+  }
+  if (config.http2.tls !== undefined && !isPort(config.http2.tls.port)) {
+    return yield* new ConfigError({ message: `BYOK_TLS_PORT must be a port number (0-65535), got ${env["BYOK_TLS_PORT"]}` })
   }
   return config
 })

@@ -23,6 +23,7 @@ import { ValueSchema } from "@bufbuild/protobuf/wkt"
 import { Data, Either, Schema } from "effect"
 import {
   AgentClientMessageSchema,
+  AgentRunRequestSchema,
   AgentConversationTurnStructureSchema,
   AgentMode,
   AgentServerMessageSchema,
@@ -40,6 +41,7 @@ import {
   UserMessageSchema
 } from "./gen/agent/v1/agent_pb.js"
 import type {
+  PrewarmRequest,
   AgentClientMessage,
   AgentRunRequest,
   AgentServerMessage,
@@ -61,6 +63,7 @@ import type { BidiAppendRequest } from "./gen/aiserver/v1/aiserver_pb.js"
 import { sha256Bytes } from "./internal/Sha256.js"
 import { addUsage, emptyUsage } from "./Llm.js"
 import type { Message, ResponseEvent, ToolCall, Usage, UserContent, UserMessage } from "./Llm.js"
+import { Input } from "./Loop.js"
 import type { TurnSettings } from "./Loop.js"
 import { modeOf, partialCursorToolCall } from "./Tools.js"
 import type { CursorMode, CursorToolCall, ExecReply, ExecRequest, McpToolDescriptor } from "./Tools.js"
@@ -163,6 +166,8 @@ export type ClientMessage = Data.TaggedEnum<{
   InteractionResponse: { readonly id: number; readonly field: number | undefined }
   /** `client_heartbeat`: liveness only. */
   Heartbeat: {}
+  /** `prewarm_request`: the settings of a turn whose user message follows on the same request. */
+  Prewarm: { readonly prewarm: PrewarmRequest }
   /** A oneof case this server does not know (a newer client): log `where` and drop. */
   Unknown: { readonly where: string; readonly fields: ReadonlyArray<number> }
 }>
@@ -262,6 +267,8 @@ export const fromClientMessage = (message: AgentClientMessage): Decoded => {
       return Either.right(ClientMessage.InteractionResponse({ id: m.value.id, field: unknownFields(m.value)[0] }))
     case "clientHeartbeat":
       return Either.right(ClientMessage.Heartbeat())
+    case "prewarmRequest":
+      return Either.right(ClientMessage.Prewarm({ prewarm: m.value }))
     case undefined:
       return unknownCase("AgentClientMessage", message)
   }
@@ -1343,3 +1350,34 @@ export const decodeEndStream = (payload: Uint8Array): Either.Either<EndStream, D
     })
   )
 }
+
+// =============================================================================
+// The Loop's inputs from the client's messages
+// =============================================================================
+
+/** The input that starts a run request's turn, its settings naming the Cursor request it belongs to. */
+export const startInputOf = (action: Extract<RunAction, { _tag: "StartTurn" }>, requestId: string): Input => {
+  const { start } = action
+  return Input.Start({ ...start, settings: { ...start.settings, options: { ...start.settings.options, requestId } } })
+}
+
+/** A follow-up message on a live request (queued by the loop while a turn runs, or the next turn between turns). */
+export const followUpInputOf = (message: Extract<ClientMessage, { _tag: "UserMessage" }>): Input => Input.UserMessage({ message: message.message })
+
+export const cancelInputOf = (message: Extract<ClientMessage, { _tag: "Cancel" }>): Input => Input.Cancel({ reason: message.reason })
+
+/**
+ * The run request a prewarmed request stands for once its user message arrives: the prewarm's
+ * model, conversation, checkpoint, MCP tools and system prompt, with that message as its
+ * `user_message_action`.
+ */
+export const runRequestOfPrewarm = (prewarm: PrewarmRequest, userMessage: CursorUserMessage): RunRequest =>
+  decodeRunRequest(create(AgentRunRequestSchema, {
+    ...(prewarm.modelDetails !== undefined ? { modelDetails: prewarm.modelDetails } : {}),
+    ...(prewarm.requestedModel !== undefined ? { requestedModel: prewarm.requestedModel } : {}),
+    ...(prewarm.conversationId !== undefined ? { conversationId: prewarm.conversationId } : {}),
+    ...(prewarm.conversationState !== undefined ? { conversationState: prewarm.conversationState } : {}),
+    ...(prewarm.mcpTools !== undefined ? { mcpTools: prewarm.mcpTools } : {}),
+    ...(prewarm.customSystemPrompt !== undefined ? { customSystemPrompt: prewarm.customSystemPrompt } : {}),
+    action: { action: { case: "userMessageAction", value: { userMessage } } }
+  }))

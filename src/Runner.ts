@@ -72,8 +72,12 @@ export const StartedTurn = Data.taggedEnum<StartedTurn>()
 export class ClientGateway extends Context.Tag("cursor-byok/ClientGateway")<ClientGateway, {
   /** Streamed events of a running turn's model call `callId`, in order. */
   readonly publish: (turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>) => Effect.Effect<void>
-  /** Runs one tool call on the client; its result comes back through `Runner.submit` as a ToolResult. */
-  readonly dispatch: (turn: TurnRef, operation: DispatchedOperation) => Effect.Effect<void>
+  /**
+   * Runs one tool call on the client; its result comes back through `Runner.submit` as a
+   * ToolResult, or is returned here when the tool is done at once (a tool the server keeps,
+   * such as TodoWrite): the runner applies it as `<operation id>:result`.
+   */
+  readonly dispatch: (turn: TurnRef, operation: DispatchedOperation) => Effect.Effect<ToolResultMessage | undefined>
   /** Stops the turn's client operations (a cancel). */
   readonly abort: (turn: TurnRef) => Effect.Effect<void>
   /** The turn is over: send what ends it (usage, checkpoint, end of stream); `usage` sums the turn's committed answers (`turnUsageOf`). */
@@ -138,6 +142,11 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
     inputIdPrefix: string,
     accept: (inputId: string) => boolean
   ) => Effect.Effect<Option.Option<StartedTurn>>
+  /**
+   * The conversation's current turn and where it stands (running, or over with its outcome);
+   * none for a conversation with no turn (a store failure is logged and answers none too).
+   */
+  readonly currentTurn: (conversationId: string) => Effect.Effect<Option.Option<StartedTurn>>
   /** Whether `inputId` is committed on the conversation (so a redelivery of it changes nothing). A store failure is logged and answers false. */
   readonly isCommitted: (conversationId: string, inputId: string) => Effect.Effect<boolean>
   /** Resumes what a previous process left in flight; run once at startup. */
@@ -374,6 +383,10 @@ export const make = (options: RunnerOptions) =>
               modelCallId: acc.runtime.committed.waiting?.callId ?? "",
               resend: false
             })),
+            // Done at once (a tool the server keeps): its result goes in after this input.
+            Effect.flatMap((done) =>
+              done === undefined ? Effect.void : actor.mailbox.offer(Envelope.Apply({ input: Input.ToolResult({ message: done }), inputId: `${operationId}:result` }))
+            ),
             Effect.catchAll((error) => Effect.logError("runner: could not mark an operation sent", error)),
             Effect.as(acc)
           ),
@@ -475,7 +488,8 @@ export const make = (options: RunnerOptions) =>
           }
           if (options.classifyTool(current.toolCall).idempotent) {
             yield* store.markOperationSent(current.operationId).pipe(Effect.ignore)
-            yield* gateway.dispatch(turn, { operationId: current.operationId, toolCall: current.toolCall, modelCallId: waiting.callId, resend: true })
+            const done = yield* gateway.dispatch(turn, { operationId: current.operationId, toolCall: current.toolCall, modelCallId: waiting.callId, resend: true })
+            if (done !== undefined) yield* actor.mailbox.offer(Envelope.Apply({ input: Input.ToolResult({ message: done }), inputId: `${current.operationId}:result` }))
             return "resent" as const
           }
           yield* actor.mailbox.offer(Envelope.Apply({
@@ -588,16 +602,9 @@ export const make = (options: RunnerOptions) =>
       return report
     })
 
-    const findStartedTurn = (inputIdPrefix: string, accept: (inputId: string) => boolean) =>
+    /** Where the conversation's committed current turn stands; `startInputId` names what started it. */
+    const standing = (state: ConversationState, startInputId: string) =>
       Effect.gen(function*() {
-        const starts = yield* store.findTurnStarts(inputIdPrefix)
-        const start = starts.find((candidate) => accept(candidate.inputId))
-        if (start === undefined) return Option.none<StartedTurn>()
-        const state = (yield* load(start.conversationId)).runtime.committed
-        const startInputId = start.inputId
-        if (state.turnId !== start.turnId) {
-          return Option.some(StartedTurn.Past({ conversationId: start.conversationId, turnId: start.turnId, startInputId }))
-        }
         const turn = turnRefOf(state)
         if (isBusy(state)) return Option.some(StartedTurn.Running({ turn, startInputId }))
         const lastCall = state.llmCallSeq > 0
@@ -610,9 +617,35 @@ export const make = (options: RunnerOptions) =>
         const outcome = endedOutcome(state, Option.getOrUndefined(lastCall))
         if (outcome === undefined) return Option.none<StartedTurn>()
         return Option.some(StartedTurn.Ended({ turn, startInputId, outcome, state, usage: turnUsageOf(state) }))
+      })
+
+    const findStartedTurn = (inputIdPrefix: string, accept: (inputId: string) => boolean) =>
+      Effect.gen(function*() {
+        const starts = yield* store.findTurnStarts(inputIdPrefix)
+        const start = starts.find((candidate) => accept(candidate.inputId))
+        if (start === undefined) return Option.none<StartedTurn>()
+        const state = (yield* load(start.conversationId)).runtime.committed
+        const startInputId = start.inputId
+        if (state.turnId !== start.turnId) {
+          return Option.some(StartedTurn.Past({ conversationId: start.conversationId, turnId: start.turnId, startInputId }))
+        }
+        return yield* standing(state, startInputId)
       }).pipe(
         Effect.catchAll((error) =>
           Effect.logWarning(`runner: the turn started by ${inputIdPrefix}... could not be looked up`, error).pipe(
+            Effect.as(Option.none<StartedTurn>())
+          )
+        )
+      )
+
+    const currentTurn = (conversationId: string) =>
+      Effect.gen(function*() {
+        const state = (yield* load(conversationId)).runtime.committed
+        if (state.turnSeq === 0 || state.settings === null) return Option.none<StartedTurn>()
+        return yield* standing(state, "")
+      }).pipe(
+        Effect.catchAll((error) =>
+          Effect.logWarning(`runner: the current turn of ${conversationId} could not be looked up`, error).pipe(
             Effect.as(Option.none<StartedTurn>())
           )
         )
@@ -632,7 +665,7 @@ export const make = (options: RunnerOptions) =>
         return actor === undefined ? Effect.void : Effect.zipRight(actor.done, awaitIdle(conversationId))
       })
 
-    return Runner.of({ submit, submitAndWait, submitTracked, findStartedTurn, isCommitted, recover, awaitIdle })
+    return Runner.of({ submit, submitAndWait, submitTracked, findStartedTurn, currentTurn, isCommitted, recover, awaitIdle })
   })
 
 export const layer = (options: RunnerOptions): Layer.Layer<Runner, never, Store | Llm | ClientGateway> =>

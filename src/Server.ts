@@ -18,6 +18,7 @@ import * as Runner from "./Runner.js"
 import * as Store from "./Store.js"
 import * as Tools from "./Tools.js"
 import * as Transport from "./Transport.js"
+import * as Run from "./transport/Run.js"
 import * as SideRpcs from "./transport/SideRpcs.js"
 
 /** A tool call's kind, and whether a restart may run it again (reads) or must not (shell, writes, MCP). */
@@ -65,6 +66,7 @@ export const transportOptions = (config: ServerConfig): Transport.TransportOptio
   heartbeatMs: config.heartbeatMs,
   orphanTimeoutMs: config.orphanTimeoutMs,
   blobAckTimeoutMs: config.blobAckTimeoutMs,
+  queuedMessageGraceMs: config.queuedMessageGraceMs,
   bidiAppendMaxBytes: config.limits.bidiAppendBytes,
   runSseMaxBytes: config.limits.runSseRequestBytes,
   appendWindow: config.limits.appendWindow,
@@ -79,7 +81,8 @@ const catalogue = (config: ServerConfig): SideRpcs.CatalogueOptions => ({
     supportsThinking: model.thinking !== undefined,
     supportsImages: model.supportsImages
   })),
-  defaultModel: config.defaultModel
+  defaultModel: config.defaultModel,
+  agentUrl: config.http2.tls === undefined ? undefined : `https://${config.host}:${config.http2.tls.port}`
 })
 
 /** Resumes what a previous process left in flight, and says what it did. */
@@ -104,7 +107,7 @@ export const layerApp = (config: ServerConfig) => {
     classifyTool,
     interruptedResult
   }).pipe(
-    Layer.provideMerge(Transport.layer(transportOptions(config))),
+    Layer.provideMerge(Transport.layerSessions(transportOptions(config))),
     Layer.provideMerge(FaultInjection.wrapStore(Store.layerSqlite({ filename: config.database }), config.faults)),
     Layer.provideMerge(Router.layer(config.router))
   )
@@ -113,7 +116,8 @@ export const layerApp = (config: ServerConfig) => {
   // attributes) was ~60 µs of every request's ~250 µs in the HTTP layer (measured on /healthz).
   const http = HttpMiddleware.withTracerDisabledWhen(HttpLayerRouter.serve(routes, { disableLogger: true }), () => true)
   return http.pipe(
-    Layer.provide(Layer.mergeAll(Transport.layerBindRunner, Recovery)),
+    Layer.provide(Recovery),
+    Layer.provideMerge(Transport.layer),
     Layer.provideMerge(core),
     // No spans anywhere (nothing exports traces): every SQL statement, transaction and outbound
     // HTTP call made a span, with its attributes, per use.
@@ -121,9 +125,13 @@ export const layerApp = (config: ServerConfig) => {
   )
 }
 
-/** The server listening on the configured host and port, calling providers through undici. */
+/**
+ * The server listening on the configured host and port (HTTP/1.1: RunSSE, BidiAppend, side
+ * RPCs) and on its HTTP/2 ports (`Run`), calling providers through undici.
+ */
 export const layer = (config: ServerConfig) =>
-  layerApp(config).pipe(
+  Run.layerConfig(config).pipe(
+    Layer.provideMerge(layerApp(config)),
     Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, listenOptions(config.port, config.host))),
     Layer.provide(NodeHttpClient.layerUndici)
   )

@@ -285,11 +285,11 @@ describe("decodeBidiAppend", () => {
   })
 
   it("a oneof case from a newer client is Unknown with its field number, not an error", () => {
-    // AgentClientMessage field 8 (prewarm_request) is not in our schema: length-delimited, empty.
-    const bytes = new Uint8Array([0x42, 0x00])
+    // AgentClientMessage field 9 is not in our schema (8, prewarm_request, now is): length-delimited, empty.
+    const bytes = new Uint8Array([0x4a, 0x00])
     const body = toBinary(BidiAppendRequestSchema, create(BidiAppendRequestSchema, { requestId: { requestId: "r" }, data: bytesToHex(bytes) }))
     const message = decodeOk(body).message
-    assert.deepStrictEqual(message, { _tag: "Unknown", where: "AgentClientMessage", fields: [8] } as never)
+    assert.deepStrictEqual(message, { _tag: "Unknown", where: "AgentClientMessage", fields: [9] } as never)
     // a shell stream event from a newer client (hook_context, 8) is not a chunk we can use
     const stream = new Uint8Array([0x08, 0x02, 0x72, 0x02, 0x42, 0x00])
     const streamBody = toBinary(BidiAppendRequestSchema, create(BidiAppendRequestSchema, { requestId: { requestId: "r" }, data: bytesToHex(new Uint8Array([0x12, stream.length, ...stream])) }))

@@ -6,6 +6,7 @@
  * on Effect's HTTP server (one framework for routing, body limits, streaming and shutdown);
  * the framing itself is small, and a test checks it against the official Connect client.
  */
+import { Schema } from "effect"
 import { gunzipSync } from "node:zlib"
 
 export const FLAG_COMPRESSED = 0x01
@@ -57,11 +58,20 @@ export interface ErrorDetail {
   readonly value: Uint8Array
 }
 
+const ConnectCodeSchema = Schema.Literal(
+  "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found", "already_exists", "permission_denied",
+  "resource_exhausted", "failed_precondition", "aborted", "out_of_range", "unimplemented", "internal", "unavailable",
+  "data_loss", "unauthenticated"
+)
+
 /** A Connect error as it travels: code, message, optional typed details. */
-export class ConnectError extends Error {
-  override readonly name = "ConnectError"
-  constructor(readonly code: ConnectCode, message: string, readonly details: ReadonlyArray<ErrorDetail> = []) {
-    super(message)
+export class ConnectError extends Schema.TaggedError<ConnectError>("cursor-byok/ConnectError")("ConnectError", {
+  code: ConnectCodeSchema,
+  message: Schema.String,
+  details: Schema.Array(Schema.Struct({ type: Schema.String, value: Schema.Uint8ArrayFromSelf }))
+}) {
+  constructor(code: ConnectCode, message: string, details: ReadonlyArray<ErrorDetail> = []) {
+    super({ code, message, details })
   }
   toJson(): { code: ConnectCode; message: string; details?: Array<{ type: string; value: string }> } {
     return this.details.length === 0

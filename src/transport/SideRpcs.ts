@@ -40,6 +40,8 @@ export interface ListedModel {
 export interface CatalogueOptions {
   readonly models: ReadonlyArray<ListedModel>
   readonly defaultModel: string | undefined
+  /** Where the TLS listener serves `Run` (`https://host:port`), when it is on. */
+  readonly agentUrl?: string | undefined
 }
 
 const modelDetails = (model: ListedModel) =>
@@ -107,8 +109,18 @@ export const defaultModel = (options: CatalogueOptions) => {
   return create(GetDefaultModelForCliResponseSchema, chosen === undefined ? {} : { model: modelDetails(chosen) })
 }
 
-/** HTTP/1.1 for everything: Cursor then uses RunSSE + BidiAppend, the mode this server speaks. */
-export const serverConfig = () => create(GetServerConfigResponseSchema, { http2Config: Http2Config.FORCE_ALL_DISABLED })
+/**
+ * Without the TLS listener, HTTP/1.1 for everything: Cursor then uses RunSSE + BidiAppend. With
+ * it, HTTP/2 is left to Cursor and its agent URLs point at the listener, where `Run` is served
+ * (Cursor's HTTP/2 client does not go through `http.proxy`).
+ */
+export const serverConfig = (options: Pick<CatalogueOptions, "agentUrl"> = {}) =>
+  options.agentUrl === undefined
+    ? create(GetServerConfigResponseSchema, { http2Config: Http2Config.FORCE_ALL_DISABLED })
+    : create(GetServerConfigResponseSchema, {
+      http2Config: Http2Config.UNSPECIFIED,
+      agentUrlConfig: { agentUrl: options.agentUrl, agentnUrl: options.agentUrl }
+    })
 
 export const layerRoutes = (options: CatalogueOptions): Layer.Layer<never, never, HttpLayerRouter.HttpRouter> =>
   HttpLayerRouter.use((router) =>
@@ -129,13 +141,14 @@ export const layerRoutes = (options: CatalogueOptions): Layer.Layer<never, never
       const models = () => availableModels(options)
       const usable = () => usableModels(options)
       const chosen = () => defaultModel(options)
+      const config = () => serverConfig(options)
       yield* unary("/aiserver.v1.AiService/AvailableModels", AvailableModelsRequestSchema, AvailableModelsResponseSchema, models)
       yield* unary("/aiserver.v1.AiService/GetUsableModels", GetUsableModelsRequestSchema, GetUsableModelsResponseSchema, usable)
       yield* unary("/agent.v1.AgentService/GetUsableModels", GetUsableModelsRequestSchema, GetUsableModelsResponseSchema, usable)
       yield* unary("/aiserver.v1.AiService/GetDefaultModelForCli", GetDefaultModelForCliRequestSchema, GetDefaultModelForCliResponseSchema, chosen)
       yield* unary("/agent.v1.AgentService/GetDefaultModelForCli", GetDefaultModelForCliRequestSchema, GetDefaultModelForCliResponseSchema, chosen)
-      yield* unary("/aiserver.v1.AiService/GetServerConfig", GetServerConfigRequestSchema, GetServerConfigResponseSchema, serverConfig)
-      yield* unary("/aiserver.v1.ServerConfigService/GetServerConfig", GetServerConfigRequestSchema, GetServerConfigResponseSchema, serverConfig)
+      yield* unary("/aiserver.v1.AiService/GetServerConfig", GetServerConfigRequestSchema, GetServerConfigResponseSchema, config)
+      yield* unary("/aiserver.v1.ServerConfigService/GetServerConfig", GetServerConfigRequestSchema, GetServerConfigResponseSchema, config)
       yield* router.add("GET", "/healthz", HttpServerResponse.unsafeJson({ status: "ok" }))
       yield* router.add("*", "/*", (request) =>
         Effect.succeed(

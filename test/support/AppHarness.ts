@@ -27,6 +27,7 @@ import * as Runner from "../../src/Runner.js"
 import * as Server from "../../src/Server.js"
 import * as Store from "../../src/Store.js"
 import * as Transport from "../../src/Transport.js"
+import * as Run from "../../src/transport/Run.js"
 import * as FakeProvider from "./FakeProvider.js"
 
 /** Small, deterministic retry settings: two retries 5-20 ms apart, a 2 s idle timeout. */
@@ -41,6 +42,9 @@ export const API_KEY = "sk-fake-test-key"
  */
 export const fileConfigJson = (baseUrl: string, overrides: Record<string, unknown> = {}): Record<string, unknown> => ({
   heartbeatMs: 200,
+  // A turn's stream ends with its checkpoint (a test of queued messages sets its own grace); no h2c unless a test asks.
+  queuedMessageGraceMs: 0,
+  http2: { cleartextPort: null },
   retry: testRetry,
   providers: [
     { id: "fake-openai", api: "openai-chat", baseUrl, apiKeyEnv: API_KEY_ENV },
@@ -70,6 +74,8 @@ export interface AppHarness {
   readonly port: number
   /** `http://127.0.0.1:<port>` */
   readonly baseUrl: string
+  /** `http://127.0.0.1:<port>` of the h2c listener serving `Run`. */
+  readonly h2cUrl: string
   readonly provider: FakeProvider.FakeProvider
   readonly config: ServerConfig
   readonly database: string
@@ -90,7 +96,8 @@ export const make = (options: AppHarnessOptions = {}): Effect.Effect<AppHarness,
     const database = options.database ?? join(yield* tempDir, "byok.sqlite")
     const file = Schema.decodeUnknownSync(Config.FileConfig)({ ...fileConfigJson(provider.baseUrl, options.config), database })
     const config = Config.resolve(file, { [API_KEY_ENV]: API_KEY })
-    const app = Server.layerApp(config).pipe(
+    const app = Run.layer({ host: "127.0.0.1", cleartextPort: 0, tls: undefined }).pipe(
+      Layer.provideMerge(Server.layerApp(config)),
       Layer.provideMerge(NodeHttpServer.layer(Server.makeHttpServer, Server.listenOptions(0, "127.0.0.1"))),
       Layer.provide(NodeHttpClient.layerUndici)
     )
@@ -103,6 +110,7 @@ export const make = (options: AppHarnessOptions = {}): Effect.Effect<AppHarness,
     return {
       port: address.port,
       baseUrl: `http://127.0.0.1:${address.port}`,
+      h2cUrl: `http://127.0.0.1:${Context.get(context, Run.Http2Endpoints).cleartextPort}`,
       provider,
       config,
       database,

@@ -35,6 +35,8 @@ export interface ChildServerOptions {
   readonly database?: string
   /** The port (default: a free one). */
   readonly port?: number
+  /** Also serve `Run` over h2c on a free port (`h2cUrl`); off by default. */
+  readonly h2c?: boolean
   /** The repository root (default: the current directory). */
   readonly cwd?: string
   /** How long to wait for the server to answer `/healthz` (default 30 s). */
@@ -50,6 +52,8 @@ export interface ChildServer {
   readonly port: number
   /** `http://127.0.0.1:<port>` */
   readonly baseUrl: string
+  /** `http://127.0.0.1:<h2c port>` when `h2c` was asked for. */
+  readonly h2cUrl: string | undefined
   readonly database: string
   readonly configPath: string
   /** The temp directory holding the configuration (and the default database). */
@@ -108,6 +112,7 @@ export const start = async (options: ChildServerOptions = {}): Promise<ChildServ
   writeFileSync(configPath, JSON.stringify(options.config ?? {}, null, 2))
   const database = options.database ?? join(dir, "byok.sqlite")
   const port = options.port ?? await freePort()
+  const h2cPort = options.h2c === true ? await freePort() : undefined
   const cwd = options.cwd ?? process.cwd()
   const bundle = resolve(cwd, "dist/main.js")
   let out = ""
@@ -128,6 +133,7 @@ export const start = async (options: ChildServerOptions = {}): Promise<ChildServ
         BYOK_CONFIG: configPath,
         BYOK_DB: database,
         BYOK_PORT: String(port),
+        BYOK_H2C_PORT: h2cPort === undefined ? "off" : String(h2cPort),
         BYOK_HOST: "127.0.0.1"
       }
     })
@@ -189,6 +195,7 @@ export const start = async (options: ChildServerOptions = {}): Promise<ChildServ
   const handle: ChildServer = {
     port,
     baseUrl: `http://127.0.0.1:${port}`,
+    h2cUrl: h2cPort === undefined ? undefined : `http://127.0.0.1:${h2cPort}`,
     database,
     configPath,
     dir,

@@ -7,6 +7,10 @@
  * is the SHA-256 of the data), can send heartbeats, follow-ups, a cancel, shuffled or
  * duplicated appends, and can reconnect RunSSE with the same request id.
  *
+ * With `wire: "run"` the same `Turn` speaks Cursor's HTTP/2 mode instead: one
+ * `agent.v1.AgentService/Run` bidi call per turn, every client message on its request stream
+ * (`test/support/RunWire.ts`); frames, waiters, exec answers and blob handling are the same.
+ *
  * Plain Promises on `node:http`, no test framework: a benchmark can drive it as well as a test.
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
@@ -42,6 +46,9 @@ type LsNodeInit = MessageInitShape<typeof LsDirectoryTreeNodeSchema>
 type GrepUnionInit = MessageInitShape<typeof GrepUnionResultSchema>
 type ShellEventInit = NonNullable<MessageInitShape<typeof ShellStreamSchema>["event"]>
 import { BidiAppendRequestSchema, BidiRequestIdSchema } from "../../src/gen/aiserver/v1/aiserver_pb.js"
+import { RunConnection, RunWire } from "./RunWire.js"
+
+export { openRawRun } from "./RunWire.js"
 
 // =============================================================================
 // Framing (the client's own, deliberately independent of src/transport/Connect.ts)
@@ -184,6 +191,12 @@ export interface RunRequestSpec {
    * client keeps the bytes in its blob store and answers the server's get_blob).
    */
   readonly images?: ReadonlyArray<{ readonly data: Uint8Array; readonly mimeType?: string; readonly path?: string; readonly how: "data" | "preFetched" | "blobId" }>
+  /**
+   * A resume, as the CLI sends on a new request after its stream broke: the action is
+   * `resume_action` (with an empty RequestContext) instead of the user message (`text`,
+   * `images` and `refOnlyContext` are then not sent); give the last checkpoint in `conversationState`.
+   */
+  readonly resume?: boolean
 }
 
 const agentMode = (mode: RunRequestSpec["mode"]): AgentMode =>
@@ -214,7 +227,9 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
         ...(spec.conversationState !== undefined ? { conversationState: spec.conversationState } : {}),
         ...(spec.mcpTools !== undefined ? { mcpTools: { mcpTools: spec.mcpTools as Array<McpToolDefinition> } } : {}),
         ...(preFetchedBlobs.length > 0 ? { preFetchedBlobs } : {}),
-        action: refOnly === undefined
+        action: spec.resume === true
+          ? { action: { case: "resumeAction", value: {} } }
+          : refOnly === undefined
           ? { action: { case: "userMessageAction", value: { userMessage, requestContext: { env } } } }
           : {
             action: { case: "userMessageAction", value: { userMessage } },
@@ -279,7 +294,7 @@ export type FrameEvent =
 export interface Frame {
   /** `performance.now()` when the frame's last byte arrived. */
   readonly at: number
-  /** Which RunSSE connection of the turn delivered it (1 = the first). */
+  /** Which RunSSE connection (or, on wire "run", which Run call) of the turn delivered it (1 = the first). */
   readonly connection: number
   readonly event: FrameEvent
   readonly message: AgentServerMessage
@@ -306,11 +321,18 @@ export interface Transcript {
   readonly appends: ReadonlyArray<AppendRecord>
   /** Anything a real client would have choked on: a failed append, a bad blob id, a stream without end... */
   readonly problems: ReadonlyArray<string>
-  /** Response headers of the last RunSSE connection. */
+  /** Response headers of the last RunSSE connection (or Run call). */
   readonly responseHeaders: http.IncomingHttpHeaders
   readonly startedAt: number
+  /** Wire "run" only: the request ids of the resume calls `reconnect()` opened, in order (`requestId` stays the first call's). */
+  readonly resumedRequestIds?: ReadonlyArray<string>
 }
 
+/**
+ * One client message the turn sent. On wire "run" there are no per-message answers: `seqno` is
+ * the message's place in the turn, status 200 (attempts 1) means it was handed to the Run call's
+ * request stream, status 0 (attempts 0) that no open call could carry it.
+ */
 export interface AppendRecord {
   readonly seqno: number
   readonly what: string
@@ -762,6 +784,15 @@ export interface CursorClientOptions {
   readonly extraHeaders?: Readonly<Record<string, string>>
   /** `held`: KV answers (set_blob acknowledgements, get_blob results) wait for `Turn.releaseKvAnswers()` (default: sent at once). */
   readonly kvAnswers?: "atOnce" | "held"
+  /**
+   * How turns reach the server: `sse` (default), Cursor's HTTP/1.1 mode (RunSSE + one BidiAppend
+   * per message), or `run`, its HTTP/2 mode (one `AgentService/Run` bidi call per turn at
+   * `runUrl`, all client messages on its request stream; `delivery`, `appendConcurrency` and
+   * `order` do not apply).
+   */
+  readonly wire?: "sse" | "run"
+  /** The h2c base URL of `Run` (`http://127.0.0.1:<h2port>`); required with `wire: "run"`. */
+  readonly runUrl?: string
 }
 
 export interface TurnOptions extends RunRequestSpec {
@@ -770,7 +801,8 @@ export interface TurnOptions extends RunRequestSpec {
    * Which of RunSSE and the run_request reaches the server first: `concurrent` (Cursor: both
    * at once), `runSseFirst` (the run request after RunSSE's response headers, which the
    * server sends with its first frame, so use a short server heartbeat), or
-   * `runRequestFirst` (RunSSE after the run request's append was acknowledged).
+   * `runRequestFirst` (RunSSE after the run request's append was acknowledged). Ignored on
+   * wire "run", where the run_request is simply the call's first message.
    */
   readonly order?: "concurrent" | "runSseFirst" | "runRequestFirst"
 }
@@ -786,10 +818,16 @@ export class CursorClient {
   /** Every blob the server stored on this client, by hex id. */
   readonly blobs = new Map<string, Uint8Array>()
   private readonly url: URL
+  /** Wire "run": the `Run` client on one HTTP/2 session shared by the turns. */
+  readonly runConnection: RunConnection | undefined
 
   constructor(readonly options: CursorClientOptions) {
     this.url = new URL(options.baseUrl)
     this.agent = new http.Agent({ keepAlive: true, maxSockets: 64 })
+    if (options.wire === "run") {
+      if (options.runUrl === undefined) throw new Error(`CursorClient: wire "run" needs runUrl (the h2c base URL of AgentService/Run)`)
+      this.runConnection = new RunConnection(options.runUrl)
+    }
   }
 
   /** Starts a turn: a new request id, RunSSE, and the run_request as seq 0. */
@@ -831,10 +869,12 @@ export class CursorClient {
 
   close(): void {
     this.agent.destroy()
+    this.runConnection?.close()
   }
 }
 
-interface Connection {
+/** One RunSSE connection (or Run call) of a turn and the frames it delivered. */
+export interface Connection {
   readonly number: number
   readonly frames: Array<Frame>
   request: http.ClientRequest | undefined
@@ -854,6 +894,25 @@ interface BurstItem {
 
 /** How many times an append answered `unavailable` is sent in all. */
 const APPEND_ATTEMPTS = 10
+
+/**
+ * How a turn's messages travel: the SSE wire (RunSSE connections + BidiAppend POSTs, written
+ * in `Turn` itself) or the Run wire (`RunWire`: one HTTP/2 bidi call at a time).
+ */
+export interface TurnWire {
+  /** Opens the server stream and sends the run_request (`Turn.send`) in the given order. */
+  open(run: AgentClientMessageInit, order: NonNullable<TurnOptions["order"]>): Promise<void>
+  /** Delivers one numbered client message; resolves with its status (and records it). */
+  send(seqno: number, message: AgentClientMessageInit, what: string): Promise<number>
+  /** Drops the current connection/call; the turn goes on on the server. */
+  disconnect(): void
+  /** Drops the current connection/call and opens a new one; resolves once its response headers arrived. */
+  reconnect(): Promise<void>
+  /** Ends the client's request side early (a no-op where there is none). */
+  halfClose(): void
+  /** The turn is over (end-stream, failure or timeout): stop what is still open. */
+  close(): void
+}
 
 /** One Cursor turn: a request id, its RunSSE connection(s) and its appends. */
 export class Turn {
@@ -886,11 +945,31 @@ export class Turn {
   /** KV answers held back (`kvAnswers: "held"`), and whether they were released. */
   private heldKvAnswers: Array<() => void> = []
   private kvAnswersReleased = false
+  private readonly wire: TurnWire
+  /** Set on wire "run" (the same object as `wire`). */
+  private readonly runWire: RunWire | undefined
 
   constructor(readonly client: CursorClient, readonly options: TurnOptions) {
     this.requestId = options.requestId ?? randomUUID()
     this.conversationId = options.conversationId
     this.done = new Promise((r) => (this.resolveDone = r))
+    if (client.runConnection !== undefined) {
+      this.runWire = new RunWire(client.runConnection, {
+        requestId: this.requestId,
+        extraHeaders: client.options.extraHeaders ?? {},
+        send: (message) => this.send(message),
+        newConnection: () => this.newConnection(),
+        onMessage: (connection, message, at) => this.onMessage(connection, message, at),
+        onEnd: (connection, end, at) => this.onEnd(connection, end, at),
+        problem: (problem) => void this.problems.push(problem),
+        recordAppend: (record) => this.recordAppend(record),
+        resumeRequest: () => this.resumeRequest()
+      })
+      this.wire = this.runWire
+    } else {
+      this.runWire = undefined
+      this.wire = this.sseWire()
+    }
     const delivery = client.options.delivery
     this.random = seededRandom(delivery?._tag === "shuffled" ? delivery.seed : 1)
     this.timeout = setTimeout(() => this.finish(`the turn did not end within ${client.options.turnTimeoutMs ?? 20_000} ms`), client.options.turnTimeoutMs ?? 20_000)
@@ -899,13 +978,50 @@ export class Turn {
     void this.begin(options.order ?? "concurrent")
   }
 
+  /** Today's HTTP/1.1 wire, written below: RunSSE connections and BidiAppend POSTs. */
+  private sseWire(): TurnWire {
+    return {
+      open: (run, order) => this.openSse(run, order),
+      send: (seqno, message, what) => this.sendAppend(seqno, message, what),
+      disconnect: () => this.disconnectRunSse(),
+      reconnect: () => {
+        this.disconnectRunSse()
+        return this.openRunSse()
+      },
+      halfClose: () => undefined,
+      close: () => undefined
+    }
+  }
+
   private async begin(order: NonNullable<TurnOptions["order"]>) {
     // The client is the blob store: the parts a ref_only run request names are in it.
     for (const data of [this.options.refOnlyContext?.rules, this.options.refOnlyContext?.mcps]) {
       if (data !== undefined && this.options.refOnlyContext?.missingFromStore !== true) this.client.blobs.set(sha256Hex(data), data)
     }
     for (const image of this.options.images ?? []) if (image.how === "blobId") this.client.blobs.set(sha256Hex(image.data), image.data)
-    const run = runRequestMessage({ ...this.options, workspacePaths: this.options.workspacePaths ?? (this.client.options.workspace instanceof LocalWorkspace ? [this.client.options.workspace.root] : []) })
+    const run = runRequestMessage({ ...this.options, workspacePaths: this.workspacePaths() })
+    await this.wire.open(run, order)
+  }
+
+  private workspacePaths(): ReadonlyArray<string> {
+    return this.options.workspacePaths ?? (this.client.options.workspace instanceof LocalWorkspace ? [this.client.options.workspace.root] : [])
+  }
+
+  /** The first message of a resumed Run call: resume_action with the last checkpoint this turn saw. */
+  private resumeRequest(): AgentClientMessageInit {
+    const checkpoints = this.connections.flatMap((c) => c.frames).flatMap((f) => (f.message.message.case === "conversationCheckpointUpdate" ? [f.message.message.value] : []))
+    const conversationState = checkpoints[checkpoints.length - 1] ?? this.options.conversationState
+    return runRequestMessage({
+      conversationId: this.conversationId,
+      text: "",
+      resume: true,
+      ...(this.options.model !== undefined ? { model: this.options.model } : {}),
+      ...(this.options.mcpTools !== undefined ? { mcpTools: this.options.mcpTools } : {}),
+      ...(conversationState !== undefined ? { conversationState } : {})
+    })
+  }
+
+  private async openSse(run: AgentClientMessageInit, order: NonNullable<TurnOptions["order"]>) {
     switch (order) {
       case "concurrent":
         this.openRunSse()
@@ -961,10 +1077,16 @@ export class Turn {
     }
   }
 
-  /** Sends a client message as the next append; resolves with the HTTP status once acknowledged. */
+  /**
+   * Sends a client message as the next append; resolves with the HTTP status once acknowledged.
+   * On wire "run": pushes it onto the Run call's request stream, in order, and resolves with 200
+   * once the call took it (0 when no open call can carry it).
+   */
   send(message: AgentClientMessageInit): Promise<number> {
-    const seqno = this.nextSeqno++
-    const what = describeClientMessage(message)
+    return this.wire.send(this.nextSeqno++, message, describeClientMessage(message))
+  }
+
+  private sendAppend(seqno: number, message: AgentClientMessageInit, what: string): Promise<number> {
     const delivery = this.client.options.delivery ?? { _tag: "concurrent" }
     if (delivery._tag === "shuffled") {
       return new Promise((resolveSent) => {
@@ -1088,8 +1210,40 @@ export class Turn {
     return this.send(cancelAction(reason))
   }
 
-  /** Drops the current RunSSE connection (the turn goes on on the server). */
+  /**
+   * Drops the current RunSSE connection (the turn goes on on the server). On wire "run": aborts
+   * the Run call (the server sees a reset stream: a disconnect, not a cancel); messages sent
+   * meanwhile wait for `reconnect()`.
+   */
   disconnect(): void {
+    this.wire.disconnect()
+  }
+
+  /**
+   * Drops the current RunSSE connection and opens a new one with the same request id. On wire
+   * "run" (an HTTP/2 stream cannot be reattached) it resumes as the CLI does: a new Run call with
+   * a new request id whose first message is a run_request with `resume_action`, the same
+   * conversation id and model, and the last checkpoint the turn saw; its frames go into a new
+   * connection, and execs already answered are not run again.
+   */
+  reconnect(): Promise<void> {
+    return this.wire.reconnect()
+  }
+
+  /**
+   * Wire "run": ends the call's request side now (the turn goes on; nothing more can be sent, so
+   * the heartbeat stops and a later `send` resolves 0 with a problem). A no-op on wire "sse",
+   * whose RunSSE request is complete once sent.
+   */
+  halfClose(): void {
+    if (this.runWire !== undefined && this.heartbeat !== undefined) {
+      clearInterval(this.heartbeat)
+      this.heartbeat = undefined
+    }
+    this.wire.halfClose()
+  }
+
+  private disconnectRunSse(): void {
     const current = this.connections[this.connections.length - 1]
     if (current !== undefined) {
       current.finished = true
@@ -1097,16 +1251,9 @@ export class Turn {
     }
   }
 
-  /** Drops the current RunSSE connection and opens a new one with the same request id. */
-  reconnect(): Promise<void> {
-    this.disconnect()
-    return this.openRunSse()
-  }
-
   /** Opens a RunSSE connection; resolves once its response headers arrived. */
   private openRunSse(): Promise<void> {
-    const connection: Connection = { number: this.connections.length + 1, frames: [], request: undefined, headers: {}, finished: false }
-    this.connections.push(connection)
+    const connection = this.newConnection()
     const body = runSseBody(this.requestId)
     const url = new URL(this.client.options.baseUrl)
     return new Promise((resolveOpen) => {
@@ -1149,15 +1296,15 @@ export class Turn {
     })
   }
 
+  private newConnection(): Connection {
+    const connection: Connection = { number: this.connections.length + 1, frames: [], request: undefined, headers: {}, finished: false }
+    this.connections.push(connection)
+    return connection
+  }
+
   private onFrame(connection: Connection, flags: number, payload: Uint8Array, at: number) {
     if ((flags & FLAG_END_STREAM) !== 0) {
-      connection.finished = true
-      const end = Dialect.decodeEndStream(payload)
-      if (Either.isLeft(end)) this.problems.push(`bad end-stream frame: ${end.left.message}`)
-      else this.end = end.right
-      this.endAt = at
-      connection.request?.destroy()
-      this.finish(undefined)
+      this.onEnd(connection, Dialect.decodeEndStream(payload), at)
       return
     }
     let message: AgentServerMessage
@@ -1167,6 +1314,21 @@ export class Turn {
       this.problems.push(`undecodable server frame: ${(error as Error).message}`)
       return
     }
+    this.onMessage(connection, message, at)
+  }
+
+  /** The end of the stream: its outcome (or why it could not be read), then the turn finishes. */
+  private onEnd(connection: Connection, end: Either.Either<Dialect.EndStream, { readonly message: string }>, at: number) {
+    connection.finished = true
+    if (Either.isLeft(end)) this.problems.push(`bad end-stream frame: ${end.left.message}`)
+    else this.end = end.right
+    this.endAt = at
+    connection.request?.destroy()
+    this.finish(undefined)
+  }
+
+  /** One server message, from either wire: recorded, handed to waiters, reacted to. */
+  private onMessage(connection: Connection, message: AgentServerMessage, at: number) {
     const frame: Frame = { at, connection: connection.number, event: frameEvent(message), message }
     connection.frames.push(frame)
     for (const waiter of this.waiters.filter((w) => w.predicate(frame))) {
@@ -1253,6 +1415,7 @@ export class Turn {
       connection.finished = true
       connection.request?.destroy()
     }
+    this.wire.close()
     // Let appends already produced (acks, stream closes) go out before the transcript is read.
     void Promise.resolve().then(async () => {
       await this.burstChain
@@ -1281,7 +1444,8 @@ export class Turn {
       appends: [...this.appends].sort((a, b) => a.seqno - b.seqno),
       problems: [...this.problems],
       responseHeaders: this.connections[this.connections.length - 1]?.headers ?? {},
-      startedAt: this.startedAt
+      startedAt: this.startedAt,
+      ...(this.runWire !== undefined ? { resumedRequestIds: [...this.runWire.resumedRequestIds] } : {})
     }
   }
 }

@@ -123,6 +123,7 @@ export const makeFakeGateway = (
           log.dispatched.push({ turn, operation })
           const result = answer(operation)
           if (result !== null) yield* Effect.forkDaemon(submitResult(turn, operation.operationId, result))
+          return undefined
         }),
       abort: (turn) => Effect.sync(() => void log.aborted.push(turn)),
       finish: (turn, outcome, state, usage) =>

@@ -12,6 +12,7 @@ import { listenOptions, makeHttpServer } from "../../src/Server.js"
 import * as Store from "../../src/Store.js"
 import * as Tools from "../../src/Tools.js"
 import * as Transport from "../../src/Transport.js"
+import * as Run from "../../src/transport/Run.js"
 import { makeFakeLlm } from "./FakeRuntime.js"
 import type { LlmCallRecord, Script } from "./FakeRuntime.js"
 import type { RequestMessages } from "../../src/Llm.js"
@@ -25,6 +26,8 @@ export interface HarnessOptions {
   readonly transport?: Partial<Transport.TransportOptions>
   /** Server log level (default: errors only, so fuzzing stays quiet). */
   readonly logLevel?: LogLevel.LogLevel
+  /** Also serve `Run` over TLS (ALPN h2) on an ephemeral port, with this certificate and key. */
+  readonly tls?: { readonly port: number; readonly cert: string | Buffer; readonly key: string | Buffer }
   /** A Store other than a private in-memory SQLite database. */
   readonly store?: Layer.Layer<Store.Store, Store.StoreError>
 }
@@ -33,6 +36,10 @@ export interface Harness {
   readonly port: number
   /** `http://127.0.0.1:<port>` */
   readonly baseUrl: string
+  /** `http://127.0.0.1:<port>` of the h2c listener serving `Run`. */
+  readonly h2cUrl: string
+  /** The TLS listener's port, when `tls` was given. */
+  readonly tlsPort: number | undefined
   /** The fake model's calls so far, with their exact requests. */
   readonly llmCalls: Effect.Effect<ReadonlyArray<LlmCallRecord>>
   /** How many stalled model streams were interrupted (cancel). */
@@ -65,6 +72,8 @@ export const runnerOptions: Runner.RunnerOptions = {
 export const testTransportOptions = (overrides: Partial<Transport.TransportOptions> = {}): Transport.TransportOptions => ({
   ...Transport.defaultTransportOptions,
   blobAckTimeoutMs: 2_000,
+  // A turn's stream ends with its checkpoint: a test of queued messages sets its own grace.
+  queuedMessageGraceMs: 0,
   ...overrides
 })
 
@@ -72,13 +81,11 @@ export const testTransportOptions = (overrides: Partial<Transport.TransportOptio
 export const make = (options: HarnessOptions = {}): Effect.Effect<Harness, never, Scope.Scope> =>
   Effect.gen(function*() {
     const llm = yield* makeFakeLlm(options.scripts ?? [], options.respond)
-    const transportLayer = Transport.layer(testTransportOptions(options.transport))
-    const services = Layer.mergeAll(
-      HttpLayerRouter.serve(Transport.layerRoutes, { disableLogger: true, disableListenLog: true }),
-      Transport.layerBindRunner
-    ).pipe(
+    const services = HttpLayerRouter.serve(Transport.layerRoutes, { disableLogger: true, disableListenLog: true }).pipe(
+      Layer.provideMerge(Run.layer({ host: "127.0.0.1", cleartextPort: 0, tls: options.tls })),
+      Layer.provideMerge(Transport.layer),
       Layer.provideMerge(Runner.layer(runnerOptions)),
-      Layer.provideMerge(transportLayer),
+      Layer.provideMerge(Transport.layerSessions(testTransportOptions(options.transport))),
       Layer.provideMerge(Layer.merge(options.store ?? Store.layerMemory, llm.layer)),
       Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, listenOptions(0, "127.0.0.1")))
     )
@@ -87,11 +94,14 @@ export const make = (options: HarnessOptions = {}): Effect.Effect<Harness, never
       Effect.locally(FiberRef.currentMinimumLogLevel, options.logLevel ?? LogLevel.Error)
     )
     const server = Context.get(context, HttpServer.HttpServer)
+    const endpoints = Context.get(context, Run.Http2Endpoints)
     const address = server.address
     if (address._tag !== "TcpAddress") return yield* Effect.dieMessage("the test server is not on TCP")
     return {
       port: address.port,
       baseUrl: `http://127.0.0.1:${address.port}`,
+      h2cUrl: `http://127.0.0.1:${endpoints.cleartextPort}`,
+      tlsPort: endpoints.tlsPort,
       llmCalls: Ref.get(llm.calls),
       llmInterrupted: Ref.get(llm.interrupted),
       store: Context.get(context, Store.Store),

@@ -1,0 +1,329 @@
+/**
+ * The client's messages of one request, in order, whichever wire carried them: BidiAppend
+ * numbers them with `append_seqno`, `Run` by their place on the stream. `accept` takes one
+ * into the request's ordered inbox (`AppendInbox.ts`) and hands on what is ready: run
+ * requests, follow-ups and cancels become Loop inputs (the Dialect makes them; their input id is
+ * `<request id>/<turn key>:<seqno>`), exec answers drive the tool machines (`ToolOps.ts`), KV
+ * answers settle the turn end's blobs and the context reads. What it returns is the
+ * acknowledgement to wait for (`Acks.ts`).
+ */
+import { Clock, Deferred, Duration, Effect, FiberSet } from "effect"
+import type { Context } from "effect"
+import * as Dialect from "../Dialect.js"
+import type { ClientMessage, RunRequest } from "../Dialect.js"
+import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
+import { Input } from "../Loop.js"
+import type { Runner } from "../Runner.js"
+import * as Tools from "../Tools.js"
+import { dropHeld, settle } from "./Acks.js"
+import { adopt, holdUnstarted, offer } from "./AppendInbox.js"
+import { ConnectError } from "./Connect.js"
+import * as Recovery from "./Recovery.js"
+import * as Resume from "./Resume.js"
+import { conversationOf, inputIdOf, isEnded, isReplay, isUnresolved, Lifecycle, write } from "./Session.js"
+import type { Session, SessionEnv, Taken } from "./Session.js"
+import type { SessionsService } from "./Sessions.js"
+import { onExecReply } from "./ToolOps.js"
+import type { ToolDone } from "./ToolOps.js"
+import { endSession } from "./TurnEnd.js"
+
+/** What handing on a client message needs beyond the session: the runner and the registry. */
+export interface InputEnv extends SessionEnv {
+  readonly runner: Context.Tag.Service<Runner>
+  readonly sessions: SessionsService
+}
+
+/** Hands on appends the inbox released, in order; each settles on its own (`Acks.settle`). */
+export const handOn = (env: InputEnv, session: Session, ready: ReadonlyArray<Taken>): Effect.Effect<void> =>
+  Effect.forEach(ready, (item) =>
+    Effect.gen(function*() {
+      const durable: Array<Effect.Effect<void>> = []
+      yield* handle(env, session, item.seqno, item.message, durable)
+      yield* settle(env, session, item.seqno, durable)
+    }), { discard: true })
+
+/**
+ * Queues the input in order now and records, in `durable`, a wait for its commit: the
+ * acknowledgement waits for it outside the request's lock, so that it means the input survives
+ * a crash, while the request's other messages are not held up behind it.
+ */
+export const submitDurably = (env: InputEnv, durable: Array<Effect.Effect<void>>, conversationId: string, input: Input, inputId: string) =>
+  Effect.map(env.runner.submitTracked(conversationId, input, inputId), (applied) => {
+    durable.push(applied)
+  })
+
+const submitToolDone = (env: InputEnv, durable: Array<Effect.Effect<void>>) => (done: ToolDone | undefined) =>
+  done === undefined ? Effect.void : submitDurably(env, durable, done.conversationId, Input.ToolResult({ message: done.message }), done.inputId)
+
+const handle = (env: InputEnv, request: Session, seqno: number, message: ClientMessage, durable: Array<Effect.Effect<void>>): Effect.Effect<void> => {
+  const inputId = inputIdOf(request, seqno)
+  // A request that resumes another's turn acts on that turn (`Resume.ts`); its input ids stay its own.
+  const session = message._tag === "RunRequest" ? request : request.resumeOf ?? request
+  const conversationId = session.conversationId
+  switch (message._tag) {
+    case "RunRequest":
+      return onRunRequest(env, request, seqno, message, durable)
+    case "Prewarm":
+      return onPrewarm(request, message)
+    case "UserMessage":
+      if (session.prewarm !== undefined && session.run === undefined) {
+        return onRunRequest(env, session, seqno, Dialect.runRequestOfPrewarm(session.prewarm, message.userMessage), durable)
+      }
+      if (conversationId === undefined) return Effect.logWarning(`transport: a follow-up message on ${session.requestId} arrived before any run request; dropped`)
+      if (session.lifecycle._tag === "Ending") {
+        // Queued while the agent worked, sent right after turn_ended: the next turn, on this stream.
+        session.queuedUserMessage = { text: message.userMessage.text, messageId: message.messageId, mode: Dialect.cursorModeOf(message.userMessage.mode) }
+        session.queuedTurnExpected = true
+      }
+      return afterStart(env, session, durable, (wait) => submitDurably(env, wait, conversationId, Dialect.followUpInputOf(message), inputId))
+    case "Cancel":
+      return conversationId === undefined
+        ? Effect.void
+        : afterStart(env, session, durable, (wait) => submitDurably(env, wait, conversationId, Dialect.cancelInputOf(message), inputId))
+    case "ExecResult":
+      return Effect.flatMap(onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), true), submitToolDone(env, durable))
+    case "ExecStream":
+      return Effect.flatMap(
+        onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), message.terminal),
+        submitToolDone(env, durable)
+      )
+    case "ExecThrow":
+      return Effect.flatMap(onExecReply(session, message.id, undefined, (run) => Tools.onExecThrow(run, message.error), true), submitToolDone(env, durable))
+    case "KvResult":
+      return onKvResult(session, message)
+    case "Unknown":
+      return Effect.logInfo(`transport: ${session.requestId}: ${message.where} (fields ${message.fields.join(",") || "none"}) is not supported by this server; acknowledged, nothing changed`)
+    case "ExecStreamClose":
+    case "ExecHeartbeat":
+    case "InteractionResponse":
+    case "Heartbeat":
+      // Liveness only: a stream close is never a result (it may arrive before the result).
+      return Effect.void
+  }
+}
+
+const onKvResult = (session: Session, message: Extract<ClientMessage, { _tag: "KvResult" }>) => {
+  const resolved = Dialect.resolveKv(session.correlation, message.id)
+  session.correlation = resolved.correlation
+  const read = session.blobReads.get(message.id)
+  if (read !== undefined) {
+    session.blobReads.delete(message.id)
+    if (message.error !== undefined && message.error !== "") {
+      return Effect.zipRight(Effect.logWarning(`transport: the client could not read back blob ${message.id}: ${message.error}`), Deferred.succeed(read, undefined))
+    }
+    return Deferred.succeed(read, message.data ?? new Uint8Array()).pipe(Effect.asVoid)
+  }
+  const ack = session.blobAcks.get(message.id)
+  if (ack === undefined) return Effect.logDebug(`transport: KV answer ${message.id} matches no request; dropped`)
+  session.blobAcks.delete(message.id)
+  return Deferred.succeed(ack, message.error === undefined || message.error === "").pipe(Effect.asVoid)
+}
+
+/** A prewarm opens the request without a turn: the user message that follows starts it, with the prewarm's settings. */
+const onPrewarm = (session: Session, message: Extract<ClientMessage, { _tag: "Prewarm" }>) =>
+  Effect.sync(() => {
+    if (session.run !== undefined || !isUnresolved(session)) return
+    session.prewarm = message.prewarm
+    const conversationId = message.prewarm.conversationId
+    session.conversationId = conversationId !== undefined && conversationId !== "" ? conversationId : session.requestId
+  })
+
+const onRunRequest = (env: InputEnv, session: Session, seqno: number, run: RunRequest, durable: Array<Effect.Effect<void>>) =>
+  Effect.gen(function*() {
+    const action = run.action
+    switch (action._tag) {
+      case "StartTurn": {
+        session.run = run
+        session.todos = Dialect.todosOf(run.conversationState)
+        session.conversationId = conversationOf(session, run)
+        // A recovered turn may be running or ending already (this is its run request, re-sent).
+        if (session.lifecycle._tag === "Open") session.lifecycle = Lifecycle.Running()
+        if (action.userMessageId !== "") session.turnKey = action.userMessageId
+        if (run.contextToFetch.length > 0) return yield* startAfterContext(env, session, seqno, run, durable)
+        return yield* submitDurably(env, durable, session.conversationId, Dialect.startInputOf(action, session.requestId), inputIdOf(session, seqno))
+      }
+      case "Resume":
+        session.run = run
+        session.conversationId = conversationOf(session, run)
+        return yield* Resume.resume(env, session)
+      case "Unsupported":
+        if (session.lifecycle._tag === "Running" || session.lifecycle._tag === "Ending") {
+          // On a live request it must not end the running turn.
+          return yield* Effect.logInfo(`transport: ${session.requestId}: conversation action ${action.field} is not supported by this server yet; acknowledged, nothing changed`)
+        }
+        session.run = run
+        yield* endSession(session, Dialect.EndStream.Error({
+          code: "unimplemented",
+          message: `This server does not support conversation action ${action.field} yet.`,
+          detail: undefined
+        }))
+        return
+    }
+  })
+
+/**
+ * READING BACK THE REQUEST CONTEXT. In Cursor's ref_only context transport the run request
+ * names its rules and MCP tool definitions by blob id instead of carrying them (from the
+ * second turn of a conversation on), and an attached image may come as a blob id alone. They
+ * are read back first (`RunRequest.contextToFetch`): one get_blob per blob, answered by the
+ * client's KV results in later messages (handed on meanwhile: this waits in the background).
+ * Then the turn starts with them merged in (`Dialect.withContextParts`); a part that does not
+ * come within `contextFetchTimeoutMs`, or does not match its id, is left out with a warning.
+ * The run request's acknowledgement waits for the start's commit; follow-ups and cancels that
+ * arrive meanwhile wait for the start (`afterStart`).
+ */
+const startAfterContext = (env: InputEnv, session: Session, seqno: number, run: RunRequest, durable: Array<Effect.Effect<void>>) =>
+  Effect.gen(function*() {
+    const reads: Array<readonly [string, Deferred.Deferred<Uint8Array | undefined>]> = []
+    const messages: Array<AgentServerMessage> = []
+    for (const ref of run.contextToFetch) {
+      const sent = Dialect.encodeGetBlob(session.correlation, ref.blobId)
+      session.correlation = sent.correlation
+      const read = yield* Deferred.make<Uint8Array | undefined>()
+      session.blobReads.set(sent.kvId, read)
+      reads.push([Dialect.bytesToHex(ref.blobId), read])
+      messages.push(sent.message)
+    }
+    yield* write(session, messages)
+    const started = yield* Deferred.make<void>()
+    session.startGate = started
+    durable.push(Deferred.await(started))
+    const timeout = Duration.millis(env.options.contextFetchTimeoutMs)
+    yield* FiberSet.run(env.background, Effect.gen(function*() {
+      const fetched = new Map<string, Uint8Array>()
+      yield* Effect.forEach(reads, ([id, read]) =>
+        Deferred.await(read).pipe(
+          Effect.timeoutTo({ duration: timeout, onSuccess: (data) => data, onTimeout: () => undefined }),
+          Effect.map((data) => {
+            if (data !== undefined) fetched.set(id, data)
+          })
+        ), { concurrency: "unbounded", discard: true })
+      const merged = Dialect.withContextParts(run, fetched)
+      for (const problem of merged.problems) yield* Effect.logWarning(`transport: ${session.requestId}: ${problem}; the turn starts without it`)
+      const action = merged.run.action
+      if (isEnded(session) || action._tag !== "StartTurn") return
+      session.run = merged.run
+      const committed: Array<Effect.Effect<void>> = []
+      yield* submitDurably(env, committed, conversationOf(session, merged.run), Dialect.startInputOf(action, session.requestId), inputIdOf(session, seqno))
+      yield* Effect.all(committed, { discard: true })
+    }).pipe(Effect.ensuring(Effect.suspend(() => {
+      if (session.startGate === started) session.startGate = undefined
+      return Deferred.succeed(started, undefined)
+    }))))
+  })
+
+/**
+ * Runs `submit` (a follow-up's or a cancel's) now, or, while the run request's context is
+ * read back (`startGate`), once the turn has started and every earlier such message went in.
+ */
+const afterStart = (
+  env: InputEnv,
+  session: Session,
+  durable: Array<Effect.Effect<void>>,
+  submit: (durable: Array<Effect.Effect<void>>) => Effect.Effect<void>
+): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const gate = session.startGate
+    if (gate === undefined) return yield* submit(durable)
+    const done = yield* Deferred.make<void>()
+    session.startGate = done
+    durable.push(Deferred.await(done))
+    yield* FiberSet.run(env.background, Deferred.await(gate).pipe(
+      Effect.zipRight(Effect.suspend(() => {
+        const waits: Array<Effect.Effect<void>> = []
+        return Effect.zipRight(submit(waits), Effect.all(waits, { discard: true }))
+      })),
+      Effect.ensuring(Effect.suspend(() => {
+        if (session.startGate === done) session.startGate = undefined
+        return Deferred.succeed(done, undefined)
+      }))
+    ))
+  })
+
+/** The session an incoming message is for, and the acknowledgement to wait for (none: acknowledge at once). */
+export interface Accepted {
+  readonly session: Session
+  readonly settled: Deferred.Deferred<void> | undefined
+}
+
+/**
+ * Takes client message `seqno` of `requestId` (decoded already) into its session: the inbox
+ * orders it, what is ready is handed on, restart recovery is consulted where it applies (see
+ * `Recovery.ts`). Fails with a Connect error, changing nothing, when the seqno is refused.
+ */
+export const accept = (env: InputEnv, requestId: string, seqno: number, message: ClientMessage): Effect.Effect<Accepted, ConnectError> =>
+  Effect.gen(function*() {
+    const { options } = env
+    // A first append far ahead of seqno 0 creates no session, unless the store knows the request (a restart).
+    const farAheadOfNew = env.sessions.get(requestId) === undefined && seqno >= options.appendWindow
+    if (farAheadOfNew && !(yield* Recovery.startedTurnBefore(env, requestId))) return yield* Effect.fail(Recovery.unknownRequestFarAhead(env, requestId, seqno))
+    let session = yield* env.sessions.sessionFor(requestId)
+    if (farAheadOfNew) session.recovery.knownToStore = true
+    session.inputEnded = false
+    const settled = yield* session.lock.withPermits(1)(Effect.gen(function*() {
+      let newTurn = false
+      if ((isEnded(session) || isReplay(session)) && seqno === 0 && message._tag === "RunRequest") {
+        // The run request of the turn that ended here, sent again: acknowledged, not applied again.
+        if ((yield* Recovery.committedRunRequest(env, session, seqno, message)) !== undefined) return undefined
+        // A request id reused for a new turn (the IDE does this): start its session afresh.
+        yield* dropHeld(session)
+        session = yield* env.sessions.replace(requestId)
+        newTurn = true
+      }
+      if (isReplay(session)) {
+        // Appends of a turn whose end is replayed change nothing; the replayed blobs' acknowledgements are awaited.
+        if (message._tag === "KvResult") yield* handle(env, session, seqno, message, [])
+        return undefined
+      }
+      if (!newTurn && isUnresolved(session) && message._tag === "RunRequest" && (yield* Recovery.onResentRunRequest(env, session, seqno, message))) {
+        return undefined
+      }
+      if (session.recovery.adoptFirstAppend) {
+        // A recovered turn: the client's numbering continues from the previous process.
+        if (session.inbox.next === 0 && session.inbox.held.size === 0 && session.inbox.recovered === undefined) {
+          session.inbox = adopt(session.inbox, seqno, options.appendWindow).inbox
+        }
+        session.recovery.adoptFirstAppend = false
+      }
+      const item: Taken = { seqno, message, arrivedAtMs: yield* Clock.currentTimeMillis }
+      let offered = offer(session.inbox, seqno, item, options.appendWindow)
+      if (offered.verdict === "outOfRange" && isUnresolved(session) && session.inbox.next === 0) {
+        // Nothing handed on, no turn of the request in this process: a client re-sending after a restart?
+        if (!session.recovery.knownToStore) session.recovery.knownToStore = yield* Recovery.startedTurnBefore(env, requestId)
+        if (!session.recovery.knownToStore) return yield* Effect.fail(Recovery.unknownRequestFarAhead(env, requestId, seqno))
+        offered = holdUnstarted(session.inbox, seqno, item, options.appendWindow)
+        if (offered.verdict === "outOfRange") {
+          return yield* Effect.fail(new ConnectError(
+            "out_of_range",
+            `append_seqno ${seqno} is ${options.appendWindow} or more away from the appends held for request ${requestId} (a turn started before a restart)`
+          ))
+        }
+      }
+      if (offered.verdict === "outOfRange") {
+        return yield* Effect.fail(new ConnectError(
+          "out_of_range",
+          `append_seqno ${seqno} is more than ${options.appendWindow} ahead of the next expected ${session.inbox.next} for request ${requestId}`
+        ))
+      }
+      session.inbox = offered.inbox
+      switch (offered.verdict) {
+        case "held":
+          session.unsettled.set(seqno, yield* Deferred.make<void>())
+          break
+        case "late":
+          // A run request below where a recovered turn's inbox started is that turn's, re-sent (its
+          // input is committed: the turn is running) or a stale one: never applied out of order.
+          if (message._tag === "RunRequest") yield* Effect.logDebug(`transport: late run request ${seqno} of ${requestId} not applied`)
+          else yield* handOn(env, session, offered.ready)
+          break
+        case "delivered":
+          yield* handOn(env, session, offered.ready)
+          break
+        case "duplicate":
+          break
+      }
+      yield* Recovery.watchGaps(env, session)
+      return session.unsettled.get(seqno)
+    }))
+    return { session, settled }
+  })

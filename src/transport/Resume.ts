@@ -1,0 +1,84 @@
+/**
+ * RESUMING A TURN FROM A NEW REQUEST. A client whose stream broke (the CLI after a network drop,
+ * some IDE flows) sends a new request whose run request carries `resume_action`, the
+ * conversation id and its last checkpoint. Nothing runs again for it:
+ *
+ * - the conversation's turn is in flight (in this process, or recovered after a restart and
+ *   about to speak): the new request mirrors that turn's frames, its backlog first (execs the
+ *   client already answered left out, so they do not run twice), then the live ones and its
+ *   end; the client's messages on the new request (exec answers, KV answers, cancels) act on
+ *   that turn;
+ * - the turn is over: its end (turn_ended, checkpoint, end-stream, or its error) is sent again
+ *   from the committed state;
+ * - the conversation has no turn: the request ends `failed_precondition`, so the client sends
+ *   its message again.
+ */
+import { Clock, Effect, FiberSet, Option, Stream } from "effect"
+import * as Dialect from "../Dialect.js"
+import type { InputEnv } from "./ClientInput.js"
+import { FLAG_END_STREAM } from "./Connect.js"
+import { isUnresolved, Lifecycle, requestIdOf } from "./Session.js"
+import type { Session } from "./Session.js"
+import { endSession, sendTurnEnd } from "./TurnEnd.js"
+
+/** The newest other session of this process that runs (or ran) a turn of the conversation. */
+const turnInFlight = (env: InputEnv, resumer: Session, conversationId: string): Session | undefined => {
+  let found: Session | undefined
+  for (const [, session] of env.sessions.entries()) {
+    if (session === resumer || session.resumeOf !== undefined || session.conversationId !== conversationId || isUnresolved(session)) continue
+    if (found === undefined || session.createdAtMs > found.createdAtMs) found = session
+  }
+  return found
+}
+
+export const resume = (env: InputEnv, session: Session) =>
+  Effect.gen(function*() {
+    const conversationId = session.conversationId ?? session.requestId
+    const inFlight = turnInFlight(env, session, conversationId)
+    if (inFlight !== undefined) return yield* mirror(env, session, inFlight)
+    const current = yield* env.runner.currentTurn(conversationId)
+    if (Option.isSome(current) && current.value._tag === "Running") {
+      // Recovered after a restart: the runner speaks for it under its own request id.
+      return yield* mirror(env, session, yield* env.sessions.sessionFor(requestIdOf(current.value.turn)))
+    }
+    if (Option.isSome(current) && current.value._tag === "Ended") {
+      const ended = current.value
+      yield* Effect.logInfo(`transport: ${session.requestId} resumes conversation ${conversationId}, whose turn ${ended.turn.turnId} is over: its end is sent again`)
+      session.lifecycle = Lifecycle.Replaying()
+      session.todos = Dialect.todosOf(session.run?.conversationState ?? Dialect.carriedCheckpointOf(ended.turn.settings))
+      return yield* sendTurnEnd(env.sessions.env, session, ended.turn, ended.outcome, ended.state, ended.usage)
+    }
+    yield* endSession(session, Dialect.EndStream.Error({
+      code: "failed_precondition",
+      message: `There is no turn to resume in conversation ${conversationId}; send your message again.`,
+      detail: undefined
+    }))
+  })
+
+/** The resuming request's output becomes the turn's frames; its client messages go to the turn (see `ClientInput.handle`). */
+const mirror = (env: InputEnv, resumer: Session, turn: Session) =>
+  Effect.gen(function*() {
+    resumer.resumeOf = turn
+    // The turn's client is back: its answers can come again.
+    turn.inputEnded = false
+    resumer.lifecycle = Lifecycle.Running()
+    yield* Effect.logInfo(`transport: ${resumer.requestId} resumes the turn of ${turn.requestId} (conversation ${turn.conversationId})`)
+    const frames = yield* turn.channel.attach()
+    yield* FiberSet.run(env.background, Stream.runForEach(frames, (frame) => {
+      if ((frame[0]! & FLAG_END_STREAM) !== 0) {
+        return Effect.flatMap(Clock.currentTimeMillis, (atMs) => {
+          resumer.lifecycle = Lifecycle.Ended({ atMs, replayed: false })
+          return resumer.channel.close(frame)
+        })
+      }
+      return answeredExec(turn, frame) ? Effect.void : resumer.channel.write([frame])
+    }))
+  })
+
+/** An exec frame for an exec that is no longer running: the client answered it already. */
+const answeredExec = (turn: Session, frame: Uint8Array): boolean => {
+  const decoded = Dialect.fromFrame(frame.subarray(5))
+  if (decoded._tag === "Left") return false
+  const message = decoded.right.message
+  return message.case === "execServerMessage" && !turn.correlation.execs.some((exec) => exec.id === message.value.id)
+}

@@ -1,0 +1,268 @@
+/**
+ * Cursor's HTTP/2 agent transport: `agent.v1.AgentService/Run`, Connect bidi streaming
+ * (`application/connect+proto`, envelopes both ways, gzip accepted). The client's messages on
+ * the request stream go to the turn session in order (`Transport.runMessage`, numbered by their
+ * place on the stream); the session's frames (heartbeats, the turn, its end-stream with
+ * `ErrorDetails`) are the response. So a turn behaves here as on RunSSE + BidiAppend.
+ *
+ * - The client half-closing its side is the end of its input, not a cancel: the turn goes on and
+ *   its output still flows.
+ * - A reset stream or a dropped connection is a disconnect, not a cancel (the turn runs on; a
+ *   later request with `resume_action` re-attaches, see `Resume.ts`).
+ *
+ * Served by Node's `http2` module directly: Effect's platform-node HTTP server speaks HTTP/1.1
+ * only. Two listeners: cleartext h2c with prior knowledge (the CLI, tests), and TLS with ALPN
+ * `h2` for the IDE. A client that speaks HTTP/1.1 to either gets a Connect error, not a hang.
+ */
+import { Cause, Context, Effect, Exit, Fiber, FiberSet, Layer, Option, Stream } from "effect"
+import { randomUUID } from "node:crypto"
+import { readFileSync } from "node:fs"
+import * as Http2 from "node:http2"
+import * as Net from "node:net"
+import type * as Tls from "node:tls"
+import { gunzipSync } from "node:zlib"
+import * as Dialect from "../Dialect.js"
+import { Transport } from "../Transport.js"
+import type { TransportService } from "../Transport.js"
+import { ConnectError, endStreamFrame, FLAG_COMPRESSED, FLAG_END_STREAM, httpStatusOf } from "./Connect.js"
+
+export const RUN_PATH = "/agent.v1.AgentService/Run"
+
+export interface Http2Options {
+  readonly host: string
+  /** h2c with prior knowledge; undefined: off. 0: an ephemeral port. */
+  readonly cleartextPort: number | undefined
+  /** TLS with ALPN h2; undefined: off. */
+  readonly tls: { readonly port: number; readonly cert: string | Buffer; readonly key: string | Buffer } | undefined
+}
+
+/** The bound listeners (ports as bound, for ephemeral ones). */
+export class Http2Endpoints extends Context.Tag("cursor-byok/transport/Http2Endpoints")<Http2Endpoints, {
+  readonly cleartextPort: number | undefined
+  readonly tlsPort: number | undefined
+}>() {}
+
+const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+/** What an HTTP/1.1 client gets on an HTTP/2 port: a Connect error it can read. */
+const http1Refusal = (port: string) => {
+  const body = JSON.stringify({
+    code: "unimplemented",
+    message: `this port (${port}) serves agent.v1.AgentService/Run over HTTP/2 only; use HTTP/2, or RunSSE + BidiAppend on the HTTP/1.1 port`
+  })
+  return `HTTP/1.1 505 HTTP Version Not Supported\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
+}
+
+/** A unary-style Connect error answer on a stream that has not responded yet. */
+const refuse = (stream: Http2.ServerHttp2Stream, error: ConnectError) => {
+  if (stream.destroyed || stream.headersSent) return
+  stream.respond({ ":status": httpStatusOf(error.code), "content-type": "application/json" })
+  stream.end(JSON.stringify(error.toJson()))
+}
+
+/** Writes a buffer, waiting for the stream to drain when its buffer is full. */
+const writeTo = (stream: Http2.ServerHttp2Stream, bytes: Uint8Array): Effect.Effect<void> =>
+  Effect.async<void>((resume) => {
+    if (stream.destroyed || stream.writableEnded) return resume(Effect.void)
+    if (stream.write(bytes)) return resume(Effect.void)
+    const done = () => {
+      stream.off("drain", done)
+      stream.off("close", done)
+      resume(Effect.void)
+    }
+    stream.on("drain", done)
+    stream.on("close", done)
+  })
+
+/**
+ * Splits the request stream into client messages: envelope by envelope, inflating gzip ones,
+ * each at most `maxBytes`. Fails with a Connect error on a truncated, oversized or undecodable
+ * envelope (the stream then ends with it).
+ */
+const clientMessages = (stream: Http2.ServerHttp2Stream, maxBytes: number) =>
+  // Not destroyed at the end of the input: the response side lives on after a half-close.
+  Stream.fromAsyncIterable(stream.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>, () => new ConnectError("canceled", "the client reset the stream")).pipe(
+    Stream.mapAccum(Buffer.alloc(0), (pending: Buffer, chunk: Buffer) => {
+      let buffer = pending.length === 0 ? chunk : Buffer.concat([pending, chunk])
+      const frames: Array<{ readonly flags: number; readonly payload: Uint8Array } | ConnectError> = []
+      while (buffer.length >= 5) {
+        const flags = buffer[0]!
+        const length = buffer.readUInt32BE(1)
+        if (length > maxBytes) {
+          frames.push(new ConnectError("resource_exhausted", `a Run message of ${length} bytes exceeds the limit of ${maxBytes}`))
+          return [Buffer.alloc(0), frames]
+        }
+        if (buffer.length < 5 + length) break
+        let payload: Uint8Array = buffer.subarray(5, 5 + length)
+        buffer = buffer.subarray(5 + length)
+        if ((flags & FLAG_COMPRESSED) !== 0) {
+          try {
+            payload = new Uint8Array(gunzipSync(payload, { maxOutputLength: maxBytes }))
+          } catch (cause) {
+            frames.push(new ConnectError("invalid_argument", `a compressed Run message does not inflate within ${maxBytes} bytes: ${(cause as Error).message}`))
+            return [Buffer.alloc(0), frames]
+          }
+        }
+        frames.push({ flags, payload })
+      }
+      return [buffer, frames]
+    }),
+    Stream.flattenIterables,
+    Stream.mapEffect((frame) => (frame instanceof ConnectError ? Effect.fail(frame) : Effect.succeed(frame)))
+  )
+
+/** One `Run` call: input and output bound to the request's session. */
+const serveRun = (transport: TransportService, stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders) =>
+  Effect.gen(function*() {
+    const contentType = String(headers["content-type"] ?? "")
+    if (!contentType.startsWith("application/connect+proto")) {
+      return refuse(stream, new ConnectError("invalid_argument", `Run takes application/connect+proto, not ${contentType === "" ? "no content type" : contentType}`))
+    }
+    const encoding = String(headers["connect-content-encoding"] ?? "identity").toLowerCase()
+    if (encoding !== "identity" && encoding !== "gzip") {
+      return refuse(stream, new ConnectError("unimplemented", `connect-content-encoding ${encoding} is not supported (gzip and identity are)`))
+    }
+    const header = headers["x-request-id"]
+    const requestId = typeof header === "string" && header !== "" ? header : randomUUID()
+    stream.respond({ ":status": 200, "content-type": "application/connect+proto", "connect-accept-encoding": "gzip" })
+
+    const output = yield* transport.runOutput(requestId)
+    const writer = yield* Effect.fork(Stream.runForEach(output, (bytes) => writeTo(stream, bytes)).pipe(
+      Effect.zipRight(Effect.sync(() => stream.end()))
+    ))
+    /** Ends the call with `error` (the session is not ended: a later request may resume its turn). */
+    const endWith = (error: ConnectError) =>
+      Effect.gen(function*() {
+        yield* Fiber.interrupt(writer)
+        yield* Effect.logWarning(`Run ${requestId} ended: ${error.code}: ${error.message}`)
+        if (!stream.destroyed && !stream.writableEnded) stream.end(endStreamFrame(error))
+      })
+
+    let seqno = 0
+    const input = clientMessages(stream, transport.options.bidiAppendMaxBytes).pipe(
+      Stream.runForEach(({ flags, payload }) => {
+        if ((flags & FLAG_END_STREAM) !== 0) return Effect.void
+        const decoded = Dialect.decodeClientMessage(payload)
+        const message = decoded._tag === "Right" ? decoded.right : Dialect.ClientMessage.Unknown({ where: "undecodable Run message", fields: [] })
+        const at = seqno++
+        return Effect.zipRight(
+          decoded._tag === "Left" ? Effect.logWarning(`transport: Run message ${at} of ${requestId} dropped: ${decoded.left.message}`) : Effect.void,
+          transport.runMessage(requestId, at, message)
+        )
+      })
+    )
+    const ended = yield* Effect.exit(input)
+    if (Exit.isFailure(ended)) {
+      const error = Option.getOrUndefined(Cause.failureOption(ended.cause))
+      // A reset stream is a disconnect: the writer stops, the turn runs on.
+      if (stream.destroyed || error === undefined || error.code === "canceled") return yield* Fiber.interrupt(writer)
+      return yield* endWith(error)
+    }
+    // Half-closed: the end of the client's input, not a cancel. A stream that sent nothing to run is told so.
+    if (seqno === 0) return yield* endWith(new ConnectError("invalid_argument", "the Run stream ended without a run request"))
+    // Node ends the request body of a reset stream before it reports the reset: look once more.
+    yield* Effect.async<void>((resume) => void setImmediate(() => resume(Effect.void)))
+    if (stream.destroyed || stream.aborted || (stream.rstCode ?? 0) !== 0) return yield* Fiber.interrupt(writer)
+    yield* transport.runInputEnded(requestId)
+    yield* Fiber.join(writer)
+  }).pipe(
+    Effect.onInterrupt(() => Effect.sync(() => stream.destroyed || stream.close())),
+    Effect.annotateLogs({ wire: "Run" })
+  )
+
+const onStream = (transport: TransportService, runFork: <A, E>(effect: Effect.Effect<A, E, never>) => Fiber.RuntimeFiber<A, E>) =>
+  (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders) => {
+    stream.on("error", () => undefined)
+    if (headers[":path"] !== RUN_PATH || headers[":method"] !== "POST") {
+      return refuse(stream, new ConnectError("unimplemented", `${headers[":method"]} ${headers[":path"]} is not served on the HTTP/2 port (only ${RUN_PATH})`))
+    }
+    const fiber = runFork(serveRun(transport, stream, headers))
+    // The client went away: stop this call's work (the session and its turn go on).
+    stream.on("close", () => runFork(Fiber.interrupt(fiber)))
+  }
+
+/** Listens on `port`; resolves with the bound port. */
+const listen = (server: Net.Server, host: string, port: number) =>
+  Effect.async<number, Error>((resume) => {
+    server.once("error", (error) => resume(Effect.fail(error)))
+    server.listen({ port, host, backlog: 4096 }, () => resume(Effect.succeed((server.address() as Net.AddressInfo).port)))
+  })
+
+const close = (server: Net.Server, sessions: Set<Http2.ServerHttp2Session>) =>
+  Effect.async<void>((resume) => {
+    for (const session of sessions) session.destroy()
+    server.close(() => resume(Effect.void))
+  })
+
+const trackSessions = (server: Http2.Http2Server | Http2.Http2SecureServer) => {
+  const sessions = new Set<Http2.ServerHttp2Session>()
+  server.on("session", (session: Http2.ServerHttp2Session) => {
+    sessions.add(session)
+    session.on("close", () => sessions.delete(session))
+    session.on("error", () => undefined)
+  })
+  return sessions
+}
+
+/** The HTTP/2 listeners, serving `Run` until the scope closes. */
+export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Error, Transport> =>
+  Layer.scoped(Http2Endpoints, Effect.gen(function*() {
+    const transport = yield* Transport
+    const runFork = yield* FiberSet.makeRuntime<never>()
+    const handler = onStream(transport, runFork)
+    let cleartextPort: number | undefined
+    let tlsPort: number | undefined
+
+    if (options.cleartextPort !== undefined) {
+      const h2 = Http2.createServer({ settings: { initialWindowSize: 1 << 20 } })
+      const sessions = trackSessions(h2)
+      h2.on("stream", handler)
+      // Prior knowledge: HTTP/2 starts with its preface; anything else is an HTTP/1.1 client, refused readably.
+      const server = Net.createServer((socket) => {
+        socket.on("error", () => undefined)
+        socket.once("data", (first: Buffer) => {
+          socket.pause()
+          socket.unshift(first)
+          const head = first.subarray(0, Math.min(first.length, PREFACE.length))
+          // The HTTP/2 session takes the bytes read so far from the socket's buffer (resuming it here would lose them).
+          if (head.equals(PREFACE.subarray(0, head.length))) {
+            h2.emit("connection", socket)
+          } else {
+            socket.end(http1Refusal(String(cleartextPort)))
+          }
+        })
+      })
+      cleartextPort = yield* listen(server, options.host, options.cleartextPort)
+      yield* Effect.addFinalizer(() => close(server, sessions))
+    }
+
+    if (options.tls !== undefined) {
+      const h2 = Http2.createSecureServer({ cert: options.tls.cert, key: options.tls.key, settings: { initialWindowSize: 1 << 20 } })
+      const sessions = trackSessions(h2)
+      h2.on("stream", handler)
+      h2.on("unknownProtocol", (socket: Tls.TLSSocket) => socket.end(http1Refusal(String(tlsPort))))
+      tlsPort = yield* listen(h2, options.host, options.tls.port)
+      yield* Effect.addFinalizer(() => close(h2, sessions))
+    }
+    return { cleartextPort, tlsPort }
+  }))
+
+/** The listeners from the configuration: the TLS certificate and key are read from their files. */
+export const layerConfig = (config: {
+  readonly host: string
+  readonly http2: {
+    readonly cleartextPort: number | undefined
+    readonly tls: { readonly port: number; readonly certFile: string; readonly keyFile: string } | undefined
+  }
+}) =>
+  Layer.unwrapEffect(Effect.try({
+    try: () =>
+      layer({
+        host: config.host,
+        cleartextPort: config.http2.cleartextPort,
+        tls: config.http2.tls === undefined
+          ? undefined
+          : { port: config.http2.tls.port, cert: readFileSync(config.http2.tls.certFile), key: readFileSync(config.http2.tls.keyFile) }
+      }),
+    catch: (cause) => new Error(`the TLS certificate or key for the HTTP/2 listener could not be read: ${(cause as Error).message}`)
+  }))

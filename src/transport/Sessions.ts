@@ -1,0 +1,152 @@
+/**
+ * The turn sessions of this process, by request id, and the runner's `ClientGateway` onto them:
+ * what the loop emits is encoded by the Dialect and written to the request's channel, tool
+ * calls start their machines, a turn's end goes out as `TurnEnd.ts` says.
+ *
+ * Needs no runner: a tool result the server has at once is returned to the runner, and a
+ * recovered turn whose client's appends were held before the runner spoke is handed to the
+ * client-input side through `adoptions`.
+ */
+import { Clock, Context, Effect, FiberSet, Layer, Queue } from "effect"
+import * as Dialect from "../Dialect.js"
+import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
+import type { ResponseEvent, Usage } from "../Llm.js"
+import type { ConversationState } from "../Loop.js"
+import { ClientGateway } from "../Runner.js"
+import type { DispatchedOperation, TurnOutcome, TurnRef } from "../Runner.js"
+import type { TransportOptions } from "./Options.js"
+import { endFrameOf, Lifecycle, makeSession, requestIdOf, write } from "./Session.js"
+import type { Session, SessionEnv } from "./Session.js"
+import { startOperation, toolContext } from "./ToolOps.js"
+import { beginNextTurn, sendTurnEnd } from "./TurnEnd.js"
+
+export interface SessionsService {
+  readonly env: SessionEnv
+  readonly get: (requestId: string) => Session | undefined
+  /** The session of a request id, created by whichever of a reader, a client message or the runner comes first. */
+  readonly sessionFor: (requestId: string) => Effect.Effect<Session>
+  /** A fresh session in place of an ended one (the IDE reuses request ids for new turns). */
+  readonly replace: (requestId: string) => Effect.Effect<Session>
+  readonly entries: () => IterableIterator<[string, Session]>
+  readonly remove: (requestId: string) => void
+  readonly size: () => number
+  /** Recovered turns the runner spoke for while their client's appends were held (`Recovery.adoptHeld`). */
+  readonly adoptions: Queue.Dequeue<Session>
+  readonly gateway: Context.Tag.Service<ClientGateway>
+  /** Ends every open stream with a retryable error (graceful shutdown). */
+  readonly shutdown: Effect.Effect<void>
+}
+
+export class Sessions extends Context.Tag("cursor-byok/transport/Sessions")<Sessions, SessionsService>() {}
+
+export const make = (options: TransportOptions) =>
+  Effect.gen(function*() {
+    const background = yield* FiberSet.make()
+    const env: SessionEnv = { options, background }
+    const sessions = new Map<string, Session>()
+    const adoptions = yield* Queue.unbounded<Session>()
+
+    const sessionFor = (requestId: string): Effect.Effect<Session> =>
+      Effect.gen(function*() {
+        const at = yield* Clock.currentTimeMillis
+        const existing = sessions.get(requestId)
+        if (existing !== undefined) {
+          existing.lastActivityMs = at
+          return existing
+        }
+        const session = yield* makeSession(requestId, at)
+        sessions.set(requestId, session)
+        return session
+      })
+
+    const replace = (requestId: string): Effect.Effect<Session> =>
+      Effect.gen(function*() {
+        const session = yield* makeSession(requestId, yield* Clock.currentTimeMillis)
+        sessions.set(requestId, session)
+        return session
+      })
+
+    /** The session of a turn the runner speaks for. */
+    const turnSession = (turn: TurnRef): Effect.Effect<Session> =>
+      Effect.gen(function*() {
+        const session = yield* sessionFor(requestIdOf(turn))
+        const lifecycle = session.lifecycle
+        if (lifecycle._tag === "Open") {
+          if (session.run === undefined) {
+            // A turn recovered after a restart: its todos start from what the run request's checkpoint
+            // held; the client's follow-ups and cancels go to its conversation, under the input ids
+            // the previous process gave them, so one it applied already is skipped.
+            session.todos = Dialect.todosOf(Dialect.carriedCheckpointOf(turn.settings))
+            session.conversationId = turn.conversationId
+            const userMessageId = Dialect.userMessageIdOf(turn.settings)
+            if (userMessageId !== "") session.turnKey = userMessageId
+          }
+          session.lifecycle = Lifecycle.Running()
+          session.turnId = turn.turnId
+        } else if (lifecycle._tag === "Ending" && !lifecycle.replayed && lifecycle.turnId !== turn.turnId) {
+          beginNextTurn(session, turn.turnId)
+        } else if (lifecycle._tag === "Running") {
+          session.turnId = turn.turnId
+        }
+        if (session.run === undefined && session.inbox.next === 0 && session.inbox.recovered === undefined) {
+          if (session.inbox.held.size === 0) session.recovery.adoptFirstAppend = true
+          else yield* Queue.offer(adoptions, session)
+        }
+        return session
+      })
+
+    const publish = (turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>) =>
+      Effect.gen(function*() {
+        const session = yield* turnSession(turn)
+        const nowMs = yield* Clock.currentTimeMillis
+        const mcpTools = toolContext(session, turn).mcpTools
+        const messages: Array<AgentServerMessage> = []
+        for (const event of events) {
+          const encoded = Dialect.encodeResponseEvent(session.correlation, callId, event, { nowMs, mcpTools })
+          session.correlation = encoded.correlation
+          messages.push(...encoded.messages)
+        }
+        yield* write(session, messages)
+      })
+
+    const dispatch = (turn: TurnRef, dispatched: DispatchedOperation) =>
+      Effect.flatMap(turnSession(turn), (session) => startOperation(session, turn, dispatched)).pipe(
+        Effect.map((done) => done?.message)
+      )
+
+    const abort = (turn: TurnRef) =>
+      Effect.gen(function*() {
+        const session = yield* turnSession(turn)
+        const aborted = Dialect.encodeAbortAll(session.correlation)
+        session.correlation = aborted.correlation
+        session.operations.clear()
+        yield* write(session, aborted.messages)
+      })
+
+    const finish = (turn: TurnRef, outcome: TurnOutcome, state: ConversationState, usage: Usage) =>
+      Effect.flatMap(turnSession(turn), (session) => sendTurnEnd(env, session, turn, outcome, state, usage))
+
+    const shutdown = Effect.forEach([...sessions.values()], (session) =>
+      session.channel.isClosed()
+        ? Effect.void
+        : session.channel.close(endFrameOf(Dialect.EndStream.Error({ code: "unavailable", message: "The server is shutting down; try again.", detail: undefined }))),
+      { discard: true })
+    yield* Effect.addFinalizer(() => shutdown)
+
+    return Sessions.of({
+      env,
+      get: (requestId) => sessions.get(requestId),
+      sessionFor,
+      replace,
+      entries: () => sessions.entries(),
+      remove: (requestId) => void sessions.delete(requestId),
+      size: () => sessions.size,
+      adoptions,
+      gateway: ClientGateway.of({ publish, dispatch, abort, finish }),
+      shutdown
+    })
+  })
+
+/** The sessions, and the runner's gateway onto them. */
+export const layer = (options: TransportOptions): Layer.Layer<Sessions | ClientGateway> =>
+  Layer.scopedContext(Effect.map(make(options), (service) => Context.make(Sessions, service).pipe(Context.add(ClientGateway, service.gateway))))

@@ -1,0 +1,155 @@
+/**
+ * The end of a turn on the wire, in the order Cursor's own server uses: the `set_blob`
+ * messages for the blobs the client does not hold yet and `turn_ended` at once (Cursor shows
+ * the turn done), then the checkpoint once every blob is acknowledged (within
+ * `blobAckTimeoutMs`), then the end-stream frame. A failed or canceled turn ends at once.
+ *
+ * A message the user queued while the agent worked arrives on the same request right after
+ * `turn_ended`; the stream stays open `queuedMessageGraceMs` for it, and a turn it starts runs
+ * on the same stream (`beginNextTurn`), building on this turn's checkpoint. Only then does the
+ * stream end.
+ */
+import { Clock, Deferred, Duration, Effect, FiberSet } from "effect"
+import * as Dialect from "../Dialect.js"
+import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
+import type { Usage } from "../Llm.js"
+import type { ConversationState } from "../Loop.js"
+import type { TurnOutcome, TurnRef } from "../Runner.js"
+import { endFrameOf, Lifecycle, write } from "./Session.js"
+import type { Session, SessionEnv } from "./Session.js"
+import { toolContext } from "./ToolOps.js"
+
+/** How long a queued message the runner was given may take to start its turn before the stream ends anyway. */
+const QUEUED_TURN_START_MS = 10_000
+
+/** Writes the end-stream frame: the session is over; what still waits on the client is released. */
+export const endSession = (session: Session, end: Dialect.EndStream) =>
+  Effect.gen(function*() {
+    const replayed = session.lifecycle._tag === "Replaying" ||
+      (session.lifecycle._tag === "Ending" && session.lifecycle.replayed)
+    session.lifecycle = Lifecycle.Ended({ atMs: yield* Clock.currentTimeMillis, replayed })
+    for (const ack of session.blobAcks.values()) yield* Deferred.succeed(ack, false)
+    for (const read of session.blobReads.values()) yield* Deferred.succeed(read, undefined)
+    session.blobAcks.clear()
+    session.blobReads.clear()
+    yield* session.channel.close(endFrameOf(end))
+  })
+
+/** The client's input ended (a half-closed `Run`): what waits for its answers is released. */
+export const endInput = (session: Session) =>
+  Effect.gen(function*() {
+    session.inputEnded = true
+    for (const ack of session.blobAcks.values()) yield* Deferred.succeed(ack, false)
+    for (const read of session.blobReads.values()) yield* Deferred.succeed(read, undefined)
+  })
+
+/** Whether `session` is still ending the turn `turnId` (no later turn started on it, not ended). */
+const stillEnding = (session: Session, turnId: string) => session.lifecycle._tag === "Ending" && session.lifecycle.turnId === turnId
+
+/** What ends a turn on the wire, once per turn. */
+export const sendTurnEnd = (
+  env: SessionEnv,
+  session: Session,
+  turn: TurnRef,
+  outcome: TurnOutcome,
+  state: ConversationState,
+  usage: Usage
+) =>
+  Effect.gen(function*() {
+    const lifecycle = session.lifecycle
+    if (lifecycle._tag === "Ended" || (lifecycle._tag === "Ending" && lifecycle.turnId === turn.turnId)) return
+    const replayed = lifecycle._tag === "Replaying"
+    session.lifecycle = Lifecycle.Ending({ turnId: turn.turnId, replayed })
+    session.queuedTurnExpected = false
+    session.correlation = { ...session.correlation, usage }
+    const end = Dialect.encodeTurnEnd(session.correlation, outcome)
+    session.correlation = end.correlation
+    if (outcome._tag !== "Final") {
+      yield* write(session, end.messages)
+      yield* endSession(session, end.end)
+      return
+    }
+    const checkpoint = projectTurn(env, session, turn, state, usage)
+    // A turn that follows on this stream builds on this checkpoint (its blobs are on their way).
+    session.lastCheckpoint = checkpoint.checkpoint
+    const acks = yield* sendBlobs(session, checkpoint.blobs)
+    yield* write(session, end.messages)
+    const graceEndsAtMs = (yield* Clock.currentTimeMillis) + (replayed ? 0 : env.options.queuedMessageGraceMs)
+    yield* FiberSet.run(env.background, Effect.gen(function*() {
+      // A client whose input ended cannot acknowledge them: the turn ends without its checkpoint.
+      const acknowledged = session.inputEnded ? false : yield* awaitBlobAcks(env, acks)
+      if (session.lifecycle._tag === "Ended") return
+      if (acknowledged) yield* write(session, [Dialect.encodeCheckpoint(checkpoint.checkpoint)])
+      else yield* Effect.logWarning(`transport: the client did not acknowledge the blobs of ${session.requestId}; checkpoint not published`)
+      const left = graceEndsAtMs - (yield* Clock.currentTimeMillis)
+      if (left > 0 && stillEnding(session, turn.turnId)) yield* Effect.sleep(Duration.millis(left))
+      if (stillEnding(session, turn.turnId) && session.queuedTurnExpected) {
+        yield* Effect.sleep(Duration.millis(QUEUED_TURN_START_MS)).pipe(
+          Effect.race(Effect.repeat(Effect.sleep(Duration.millis(20)), { until: () => !stillEnding(session, turn.turnId) }))
+        )
+      }
+      // A queued message started the next turn on this stream: that turn ends it.
+      if (stillEnding(session, turn.turnId)) yield* endSession(session, end.end)
+    }))
+  })
+
+/**
+ * A turn the runner speaks for on a session that is ending an earlier one: a message the user
+ * queued started it. It runs on the same stream, with its own tool calls and checkpoint.
+ */
+export const beginNextTurn = (session: Session, turnId: string) => {
+  session.lifecycle = Lifecycle.Running()
+  session.turnId = turnId
+  session.queuedTurnExpected = false
+  session.cursorToolCalls = {}
+  session.operations.clear()
+}
+
+/** The turn's checkpoint; without its run request (a turn recovered or replayed after a restart), from the committed settings and history. */
+const projectTurn = (env: SessionEnv, session: Session, turn: TurnRef, state: ConversationState, usage: Usage) => {
+  const run = session.run
+  const action = run?.action
+  const turnMessages = state.messages.slice(state.turnStart)
+  const userMessage = session.queuedUserMessage ??
+    (action?._tag === "StartTurn"
+      ? { text: action.userMessage.text, messageId: action.userMessageId, mode: run?.mode ?? "agent" as const }
+      : Dialect.turnUserMessageOf(turn.settings, turnMessages))
+  return Dialect.projectCheckpoint({
+    previous: session.lastCheckpoint ?? (run !== undefined ? run.conversationState : Dialect.carriedCheckpointOf(turn.settings)),
+    requestId: session.requestId,
+    userMessage,
+    turnMessages,
+    transcript: state.messages,
+    cursorToolCalls: session.cursorToolCalls,
+    pendingToolCalls: [],
+    todos: session.todos,
+    usedTokens: usage.input + usage.cacheRead + usage.cacheWrite + usage.output,
+    maxTokens: env.options.contextWindowOf(turn.settings.model),
+    workspaceUris: run?.workspace.workspacePaths ?? Dialect.workspacePathsOf(turn.settings),
+    mcpTools: toolContext(session, turn).mcpTools
+  })
+}
+
+/** Sends `set_blob` for each blob; the acknowledgements to wait for. */
+const sendBlobs = (session: Session, blobs: ReadonlyArray<Dialect.Blob>) =>
+  Effect.gen(function*() {
+    const acks: Array<Deferred.Deferred<boolean>> = []
+    const messages: Array<AgentServerMessage> = []
+    for (const blob of blobs) {
+      const sent = Dialect.encodeSetBlob(session.correlation, blob)
+      session.correlation = sent.correlation
+      const ack = yield* Deferred.make<boolean>()
+      session.blobAcks.set(sent.kvId, ack)
+      acks.push(ack)
+      messages.push(sent.message)
+    }
+    yield* write(session, messages)
+    return acks
+  })
+
+/** Waits for every acknowledgement: false on an error, on the end of the session or after `blobAckTimeoutMs`. */
+const awaitBlobAcks = (env: SessionEnv, acks: ReadonlyArray<Deferred.Deferred<boolean>>) =>
+  Effect.all(acks.map(Deferred.await), { concurrency: "unbounded" }).pipe(
+    Effect.timeoutTo({ duration: Duration.millis(env.options.blobAckTimeoutMs), onSuccess: (r) => r, onTimeout: () => [false] }),
+    Effect.map((results) => results.every((ok) => ok))
+  )
