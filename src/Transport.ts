@@ -205,8 +205,7 @@ const endFrameOf = (end: Dialect.EndStream): Uint8Array => envelope(0x02, Dialec
 
 /** The Cursor request a turn belongs to: the run request's id, kept in the turn settings. */
 export const requestIdOf = (turn: TurnRef): string => {
-  const id = turn.settings.options["requestId"]
-  return typeof id === "string" ? id : turn.turnId
+  return Dialect.requestIdOfSettings(turn.settings) ?? turn.turnId
 }
 
 export const make = (options: TransportOptions) =>
@@ -549,7 +548,7 @@ export const make = (options: TransportOptions) =>
       durable: Array<Effect.Effect<void>>
     ) => {
       const { start } = action
-      const settings = { ...start.settings, options: { ...start.settings.options, requestId: session.requestId } }
+      const settings = Dialect.withRequestId(start.settings, session.requestId)
       return submitDurably(durable, conversationId, Input.Start({ ...start, settings }), inputIdOf(session, seqno))
     }
 
