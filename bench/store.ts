@@ -95,7 +95,7 @@ const stateOf = (pool: ReturnType<typeof makePool>, conversationId: string, leng
   status: "waitingLlm",
   turnSeq: 1,
   turnId: `${conversationId}/t1`,
-  settings: { model: "bench-model", options: { mode: "agent" } },
+  settings: { model: "bench-model", mode: "agent" },
   llmCallSeq: length,
   activeCallId: `${conversationId}/t1/c${length}`,
   messages: pool.messages.slice(0, length),

@@ -64,8 +64,8 @@ import { sha256Bytes } from "./internal/Sha256.js"
 import { addUsage, emptyUsage } from "./Llm.js"
 import type { Message, ResponseEvent, ToolCall, Usage, UserContent, UserMessage } from "./Llm.js"
 import { Input } from "./Loop.js"
-import type { TurnSettings } from "./Loop.js"
-import { modeOf, partialCursorToolCall } from "./Tools.js"
+import type { TurnSettings, TurnWorkspace } from "./Loop.js"
+import { partialCursorToolCall } from "./Tools.js"
 import type { CursorMode, CursorToolCall, ExecReply, ExecRequest, McpToolDescriptor } from "./Tools.js"
 
 // =============================================================================
@@ -87,15 +87,8 @@ const fail = (reason: DialectErrorReason, message: string) => Either.left(new Di
 // Decoded client messages
 // =============================================================================
 
-/** Where the client runs: what the prompt builder may tell the model about the machine. */
-export interface WorkspaceInfo {
-  readonly workspacePaths: ReadonlyArray<string>
-  readonly projectFolder: string
-  readonly osVersion: string
-  readonly shell: string
-  readonly timeZone: string
-  readonly terminalsFolder: string
-}
+/** Where the client runs: what the prompt builder may tell the model about the machine (the turn settings' `workspace`). */
+export type WorkspaceInfo = TurnWorkspace
 
 /** The loop's `Input.Start` fields, ready for `Input.Start(start)`. */
 export interface StartInput {
@@ -447,7 +440,7 @@ const workspaceOf = (context: RequestContext | undefined): WorkspaceInfo => {
 
 /**
  * What the model should see besides the typed text: file contents the client attached. Rules go
- * to `settings.options.rules` instead, because they belong in the system prompt, not history.
+ * to `settings.rules` instead, because they belong in the system prompt, not history.
  */
 const contextOf = (context: RequestContext | undefined): Array<UserContent> =>
   Object.entries(context?.fileContents ?? {})
@@ -569,7 +562,8 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
   }
   const workspace = workspaceOf(requestContext)
   const parameters = Object.fromEntries((request.requestedModel?.parameters ?? []).map((p) => [p.id, p.value]))
-  const options: Record<string, unknown> = {
+  const settings: TurnSettings = {
+    model,
     mode,
     workspace,
     mcpTools,
@@ -579,10 +573,9 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
     maxMode: request.requestedModel?.maxMode ?? request.modelDetails?.maxMode ?? false,
     ...(request.customSystemPrompt !== undefined ? { customSystemPrompt: request.customSystemPrompt } : {}),
     // Not for the prompt: what the turn's checkpoint needs when a later process ends it (see `turnUserMessageOf`).
-    [USER_MESSAGE_ID]: userMessage?.messageId ?? "",
-    ...(request.conversationState !== undefined ? { [CARRIED_CHECKPOINT]: carriedCheckpointOption(request.conversationState) } : {})
+    userMessageId: userMessage?.messageId ?? "",
+    ...(request.conversationState !== undefined ? { carriedCheckpoint: carriedCheckpointOption(request.conversationState) } : {})
   }
-  const settings: TurnSettings = { model, options }
   let runAction: RunAction
   switch (action?.case) {
     case "userMessageAction":
@@ -623,10 +616,6 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
   }
 }
 
-/** `TurnSettings.options` keys for the turn's checkpoint, set by `decodeRunRequest`. */
-const USER_MESSAGE_ID = "userMessageId"
-const CARRIED_CHECKPOINT = "carriedCheckpoint"
-
 /**
  * Of the client's checkpoint, what the turn's own checkpoint carries over and a process without
  * the run request (one that recovers or replays the turn after a restart) could not know
@@ -643,8 +632,8 @@ const carriedCheckpointOption = (checkpoint: ConversationStateStructure): string
 
 /** The client's checkpoint as far as the turn's settings carry it (its earlier turns and todos), if the run request had one. */
 export const carriedCheckpointOf = (settings: TurnSettings): ConversationStateStructure | undefined => {
-  const carried = settings.options[CARRIED_CHECKPOINT]
-  if (typeof carried !== "string") return undefined
+  const carried = settings.carriedCheckpoint
+  if (carried === undefined) return undefined
   try {
     return fromBinary(ConversationStateStructureSchema, Buffer.from(carried, "base64"))
   } catch {
@@ -652,12 +641,8 @@ export const carriedCheckpointOf = (settings: TurnSettings): ConversationStateSt
   }
 }
 
-/** The workspace folders the run request named, from `TurnSettings.options.workspace`. */
-export const workspacePathsOf = (settings: TurnSettings): ReadonlyArray<string> => {
-  const workspace = settings.options["workspace"]
-  const paths = typeof workspace === "object" && workspace !== null ? (workspace as { readonly workspacePaths?: unknown }).workspacePaths : undefined
-  return Array.isArray(paths) ? paths.filter((path): path is string => typeof path === "string") : []
-}
+/** The workspace folders the run request named. */
+export const workspacePathsOf = (settings: TurnSettings): ReadonlyArray<string> => settings.workspace?.workspacePaths ?? []
 
 /**
  * The Cursor user message that started a turn, for its checkpoint, when the run request is not
@@ -682,19 +667,19 @@ export const turnUserMessageOf = (
 }
 
 /** The id of the Cursor user message whose run request started the turn (`""` when it had none), from the settings. */
-export const userMessageIdOf = (settings: TurnSettings): string => {
-  const messageId = settings.options[USER_MESSAGE_ID]
-  return typeof messageId === "string" ? messageId : ""
-}
+export const userMessageIdOf = (settings: TurnSettings): string => settings.userMessageId ?? ""
 
-/** The MCP tools a run request offered, from `TurnSettings.options` (where `decodeRunRequest` put them). */
-export const mcpToolsOf = (settings: TurnSettings): ReadonlyArray<McpToolDescriptor> => {
-  const tools = settings.options["mcpTools"]
-  return Array.isArray(tools) ? (tools as ReadonlyArray<McpToolDescriptor>) : []
-}
+/** The MCP tools a run request offered. */
+export const mcpToolsOf = (settings: TurnSettings): ReadonlyArray<McpToolDescriptor> => settings.mcpTools ?? []
 
-/** The Cursor mode from `TurnSettings.options.mode`. */
-export const modeOfSettings = (settings: TurnSettings): CursorMode => modeOf(settings.options["mode"])
+/** The Cursor mode of the turn; `agent` (Cursor's default) when the settings name none. */
+export const modeOfSettings = (settings: TurnSettings): CursorMode => settings.mode ?? "agent"
+
+/** The Cursor request (RunSSE request id) the turn answers, if the settings name one. */
+export const requestIdOfSettings = (settings: TurnSettings): string | undefined => settings.requestId
+
+/** The settings with the Cursor request the turn answers. */
+export const withRequestId = (settings: TurnSettings, requestId: string): TurnSettings => ({ ...settings, requestId })
 
 // =============================================================================
 // Per-turn correlation
@@ -1358,7 +1343,7 @@ export const decodeEndStream = (payload: Uint8Array): Either.Either<EndStream, D
 /** The input that starts a run request's turn, its settings naming the Cursor request it belongs to. */
 export const startInputOf = (action: Extract<RunAction, { _tag: "StartTurn" }>, requestId: string): Input => {
   const { start } = action
-  return Input.Start({ ...start, settings: { ...start.settings, options: { ...start.settings.options, requestId } } })
+  return Input.Start({ ...start, settings: withRequestId(start.settings, requestId) })
 }
 
 /** A follow-up message on a live request (queued by the loop while a turn runs, or the next turn between turns). */

@@ -46,10 +46,61 @@ export const ConversationStatus = Schema.Literal(
 )
 export type ConversationStatus = typeof ConversationStatus.Type
 
-/** What the client chose for the current turn: the model, and options the prompt builder reads (mode, workspace...). */
+/** The client's modes that change what the model may do (Cursor's agent, ask and plan). */
+export const TurnMode = Schema.Literal("agent", "ask", "plan")
+export type TurnMode = typeof TurnMode.Type
+
+/** Where the client runs, as the run request described it. */
+export const TurnWorkspace = Schema.Struct({
+  workspacePaths: Schema.Array(Schema.String),
+  projectFolder: Schema.String,
+  osVersion: Schema.String,
+  shell: Schema.String,
+  timeZone: Schema.String,
+  terminalsFolder: Schema.String
+})
+export type TurnWorkspace = typeof TurnWorkspace.Type
+
+/** One rule the client sent for the system prompt (`path` is `""` for a rule that is not a file). */
+export const TurnRule = Schema.Struct({
+  path: Schema.String,
+  content: Schema.String
+})
+export type TurnRule = typeof TurnRule.Type
+
+/** An MCP tool the client offered: plain JSON, `inputSchema` being the JSON Schema of its arguments. */
+export const TurnMcpTool = Schema.Struct({
+  /** The name the client wants back when the tool is called. */
+  name: Schema.String,
+  description: Schema.String,
+  providerIdentifier: Schema.String,
+  toolName: Schema.String,
+  inputSchema: Schema.Unknown
+})
+export type TurnMcpTool = typeof TurnMcpTool.Type
+
+/**
+ * What the client chose for the current turn. The loop reads only `model`; the rest it carries
+ * for the prompt builder (mode, workspace, rules, MCP tools, custom prompt) and for the client
+ * side (which request the turn answers, and what its checkpoint needs after a restart).
+ * Committed with the state at every change, so it stays small.
+ */
 export const TurnSettings = Schema.Struct({
   model: Schema.String,
-  options: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+  mode: Schema.optional(TurnMode),
+  workspace: Schema.optional(TurnWorkspace),
+  mcpTools: Schema.optional(Schema.Array(TurnMcpTool)),
+  rules: Schema.optional(Schema.Array(TurnRule)),
+  customSystemPrompt: Schema.optional(Schema.String),
+  /** The requested model's parameters, by id (e.g. `thinking_effort`). */
+  modelParameters: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })),
+  maxMode: Schema.optional(Schema.Boolean),
+  /** The client request (RunSSE request id) the turn answers. */
+  requestId: Schema.optional(Schema.String),
+  /** The id of the client's user message that started the turn. */
+  userMessageId: Schema.optional(Schema.String),
+  /** The part of the client's checkpoint the turn's own checkpoint carries over, as opaque base64. */
+  carriedCheckpoint: Schema.optional(Schema.String)
 })
 export type TurnSettings = typeof TurnSettings.Type
 

@@ -6,7 +6,7 @@
  * prompt would change the cached prefix every day.
  */
 import type { ToolDefinition } from "./Llm.js"
-import type { Policy, PromptContext } from "./Loop.js"
+import type { Policy, PromptContext, TurnWorkspace } from "./Loop.js"
 import { mcpToolsOf, modeOfSettings } from "./Dialect.js"
 import { toolCatalog } from "./Tools.js"
 import type { CursorMode } from "./Tools.js"
@@ -20,25 +20,10 @@ const MODE_GUIDANCE: Record<CursorMode, string> = {
     "You are in plan mode: investigate the workspace and write a concrete, ordered plan (a todo list) for the user to approve. Do not change files or run commands yet."
 }
 
-interface Workspace {
-  readonly workspacePaths?: ReadonlyArray<string>
-  readonly projectFolder?: string
-  readonly osVersion?: string
-  readonly shell?: string
-  readonly timeZone?: string
-}
-
-interface Rule {
-  readonly path?: string
-  readonly content?: string
-}
-
-const asRecord = (value: unknown): Record<string, unknown> =>
-  typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : {}
-
-const workspaceLines = (workspace: Workspace): Array<string> => {
+const workspaceLines = (workspace: TurnWorkspace | undefined): Array<string> => {
   const lines: Array<string> = []
-  const paths = (workspace.workspacePaths ?? []).filter((p) => p !== "")
+  if (workspace === undefined) return lines
+  const paths = workspace.workspacePaths.filter((p) => p !== "")
   if (paths.length > 0) lines.push(`Workspace folders: ${paths.join(", ")}`)
   if (workspace.projectFolder) lines.push(`Project folder: ${workspace.projectFolder}`)
   if (workspace.osVersion) lines.push(`Operating system: ${workspace.osVersion}`)
@@ -49,22 +34,20 @@ const workspaceLines = (workspace: Workspace): Array<string> => {
 
 /** The system prompt for a turn's settings. */
 export const buildPrompt = (context: PromptContext): string => {
-  const options = context.settings.options
-  const custom = options["customSystemPrompt"]
+  const { customSystemPrompt, rules = [], workspace } = context.settings
   const mode = modeOfSettings(context.settings)
   const sections: Array<string> = [
     "You are a coding agent working in the user's editor. You act through the tools you are given; the user sees every tool call and its result.",
     MODE_GUIDANCE[mode],
     "Use paths relative to the workspace root or absolute paths inside it. Prefer Grep and Glob over reading whole directories. Quote code with its file path."
   ]
-  const workspace = workspaceLines(asRecord(options["workspace"]) as Workspace)
-  if (workspace.length > 0) sections.push(`<environment>\n${workspace.join("\n")}\n</environment>`)
-  const rules = (Array.isArray(options["rules"]) ? options["rules"] : []) as ReadonlyArray<Rule>
-  const ruleTexts = rules.filter((rule) => (rule.content ?? "") !== "").map((rule) =>
-    (rule.path ?? "") === "" ? `<rule>\n${rule.content}\n</rule>` : `<rule path="${rule.path}">\n${rule.content}\n</rule>`
+  const environment = workspaceLines(workspace)
+  if (environment.length > 0) sections.push(`<environment>\n${environment.join("\n")}\n</environment>`)
+  const ruleTexts = rules.filter((rule) => rule.content !== "").map((rule) =>
+    rule.path === "" ? `<rule>\n${rule.content}\n</rule>` : `<rule path="${rule.path}">\n${rule.content}\n</rule>`
   )
   if (ruleTexts.length > 0) sections.push(`The user's rules for this workspace; follow them:\n${ruleTexts.join("\n")}`)
-  if (typeof custom === "string" && custom.trim() !== "") sections.push(custom.trim())
+  if (customSystemPrompt !== undefined && customSystemPrompt.trim() !== "") sections.push(customSystemPrompt.trim())
   return sections.join("\n\n")
 }
 

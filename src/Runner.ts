@@ -180,7 +180,7 @@ interface ActorState {
 const turnRefOf = (state: ConversationState): TurnRef => ({
   conversationId: state.conversationId,
   turnId: state.turnId,
-  settings: state.settings ?? { model: "", options: {} }
+  settings: state.settings ?? { model: "" }
 })
 
 export const make = (options: RunnerOptions) =>

@@ -66,6 +66,7 @@ import type {
   ToolCallDelta
 } from "./gen/agent/v1/agent_pb.js"
 import type { ToolCall, ToolDefinition, ToolResultMessage } from "./Llm.js"
+import { TurnMcpTool, TurnMode } from "./Loop.js"
 
 export type { CursorToolCall }
 
@@ -73,13 +74,9 @@ export type { CursorToolCall }
 // Modes, kinds and MCP descriptors
 // =============================================================================
 
-/** The Cursor modes that change what the model may do. */
-export const CursorMode = Schema.Literal("agent", "ask", "plan")
-export type CursorMode = typeof CursorMode.Type
-
-/** Reads the mode from `TurnSettings.options.mode`; anything unknown is `agent` (Cursor's default). */
-export const modeOf = (value: unknown): CursorMode =>
-  value === "ask" || value === "plan" ? value : "agent"
+/** The Cursor modes that change what the model may do (the turn settings' `mode`). */
+export const CursorMode = TurnMode
+export type CursorMode = TurnMode
 
 export const ToolKind = Schema.Literal("shell", "read", "write", "edit", "grep", "glob", "ls", "delete", "mcp", "todoWrite")
 export type ToolKind = typeof ToolKind.Type
@@ -91,17 +88,12 @@ export type ToolKind = typeof ToolKind.Type
 export const isIdempotent = (kind: ToolKind): boolean =>
   kind === "read" || kind === "grep" || kind === "glob" || kind === "ls" || kind === "todoWrite"
 
-/** An MCP tool as the run request described it: plain JSON, so it can live in `TurnSettings.options`. */
-export const McpToolDescriptor = Schema.Struct({
-  /** The name Cursor wants back in `McpArgs.name`. */
-  name: Schema.String,
-  description: Schema.String,
-  providerIdentifier: Schema.String,
-  toolName: Schema.String,
-  /** JSON Schema of the arguments. */
-  inputSchema: Schema.Unknown
-})
-export type McpToolDescriptor = typeof McpToolDescriptor.Type
+/**
+ * An MCP tool as the run request described it (`name` is what Cursor wants back in
+ * `McpArgs.name`): plain JSON, the turn settings' `mcpTools`.
+ */
+export const McpToolDescriptor = TurnMcpTool
+export type McpToolDescriptor = TurnMcpTool
 
 /** The name the model sees for an MCP tool: provider-qualified, restricted to what every provider accepts. */
 export const mcpModelName = (tool: McpToolDescriptor): string => {

@@ -57,12 +57,14 @@ import {
   mcpToolsOf,
   projectCheckpoint,
   providerFailure,
+  requestIdOfSettings,
   resolveExec,
   resolveKv,
   toFrame,
   todosOf,
   turnUserMessageOf,
   withContextParts,
+  withRequestId,
   workspacePathsOf
 } from "../src/Dialect.js"
 import type { BidiEnvelope, ClientMessage, TurnCorrelation } from "../src/Dialect.js"
@@ -200,10 +202,10 @@ describe("decodeBidiAppend", () => {
       "<attached_file path=\"/w/b.ts\">"
     ])
     assert.strictEqual(start.settings.model, "claude-x")
-    assert.strictEqual(start.settings.options["mode"], "ask")
-    assert.strictEqual(start.settings.options["customSystemPrompt"], "be brief")
-    assert.deepStrictEqual(start.settings.options["rules"], [{ path: ".cursor/rules/a.mdc", content: "use tabs" }])
-    assert.deepStrictEqual(start.settings.options["modelParameters"], { thinking_effort: "high" })
+    assert.strictEqual(start.settings.mode, "ask")
+    assert.strictEqual(start.settings.customSystemPrompt, "be brief")
+    assert.deepStrictEqual(start.settings.rules, [{ path: ".cursor/rules/a.mdc", content: "use tabs" }])
+    assert.deepStrictEqual(start.settings.modelParameters, { thinking_effort: "high" })
     assert.deepStrictEqual(mcpToolsOf(start.settings).map((tool) => tool.name), ["gh"])
     // settings must be plain JSON: the store persists them
     assert.deepStrictEqual(JSON.parse(JSON.stringify(start.settings)), start.settings)
@@ -221,7 +223,7 @@ describe("decodeBidiAppend", () => {
     })
     assert.strictEqual(run.mode, "plan")
     if (run.action._tag !== "StartTurn") return assert.fail("expected StartTurn")
-    assert.strictEqual(run.action.start.settings.options["mode"], "plan")
+    assert.strictEqual(run.action.start.settings.mode, "plan")
     assert.strictEqual(run.action.userMessageId, "p1")
   })
 
@@ -639,8 +641,8 @@ describe("KV and checkpoints", () => {
     assert.deepStrictEqual(merged.run.workspace.workspacePaths, ["/w"])
     const start = merged.run.action
     if (start._tag !== "StartTurn") return assert.fail("expected a turn start")
-    assert.deepStrictEqual(start.start.settings.options["rules"], [{ path: "/w/AGENTS.md", content: "be brief" }, { path: "", content: "user rule" }])
-    assert.deepStrictEqual(start.start.settings.options["mcpTools"], merged.run.mcpTools)
+    assert.deepStrictEqual(start.start.settings.rules, [{ path: "/w/AGENTS.md", content: "be brief" }, { path: "", content: "user rule" }])
+    assert.deepStrictEqual(start.start.settings.mcpTools, merged.run.mcpTools)
     // Bytes that are not the named blob (or a part not read back) are left out, and said so.
     const wrong = withContextParts(refOnly, new Map([[bytesToHex(sha256Of(rules)), mcps]]))
     assert.strictEqual(wrong.problems.length, 2)
@@ -795,6 +797,20 @@ describe("KV and checkpoints", () => {
     })
     if (fresh.action._tag !== "StartTurn") return assert.fail("expected StartTurn")
     assert.isUndefined(carriedCheckpointOf(fresh.action.start.settings))
+  })
+
+  it("the request a turn answers is set in its settings by the transport, and nothing else changes", () => {
+    const run = decodeMessage("RunRequest", {
+      case: "runRequest",
+      value: { action: { action: { case: "userMessageAction", value: { userMessage: { text: "hi", messageId: "m", mode: AgentMode.PLAN } } } } }
+    })
+    if (run.action._tag !== "StartTurn") return assert.fail("expected StartTurn")
+    const { settings } = run.action.start
+    assert.isUndefined(requestIdOfSettings(settings))
+    const answered = withRequestId(settings, "req-1")
+    assert.strictEqual(requestIdOfSettings(answered), "req-1")
+    assert.deepStrictEqual(answered, { ...settings, requestId: "req-1" })
+    assert.strictEqual(requestIdOfSettings(withRequestId(answered, "req-2")), "req-2")
   })
 })
 

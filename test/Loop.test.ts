@@ -2,11 +2,11 @@ import { assert, describe, it } from "@effect/vitest"
 import { messagesHash } from "../src/Llm.js"
 import type { AssistantMessage, ResponseEvent, ToolCall, ToolResultMessage } from "../src/Llm.js"
 import { CANCELED_RESULT, CUT_OFF_RESULT, initialRuntime, Input, makeTransition, SUPERSEDED_RESULT } from "../src/Loop.js"
-import type { Command, RuntimeState, Transition } from "../src/Loop.js"
+import type { Command, RuntimeState, Transition, TurnSettings } from "../src/Loop.js"
 import { testPolicy, testTools } from "./support/LoopScenario.js"
 
 const transition = makeTransition(testPolicy)
-const settings = { model: "fake-model", options: { mode: "agent" } }
+const settings: TurnSettings = { model: "fake-model", mode: "agent" }
 const user = (text: string) => ({ role: "user" as const, content: [{ type: "text" as const, text }] })
 const call = (id: string, name = "read", args = `{"path":"a.ts"}`): ToolCall => ({ type: "toolCall", id, name, arguments: args })
 const answer = (content: AssistantMessage["content"], stopReason: AssistantMessage["stopReason"] = "stop"): AssistantMessage => ({

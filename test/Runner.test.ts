@@ -6,6 +6,7 @@ import { join } from "node:path"
 import { canonicalJson, serializeMessage } from "../src/Llm.js"
 import type { ToolCall, ToolResultMessage } from "../src/Llm.js"
 import { Command, Input } from "../src/Loop.js"
+import type { TurnSettings } from "../src/Loop.js"
 import * as RunnerModule from "../src/Runner.js"
 import { Runner, StartedTurn } from "../src/Runner.js"
 import type { DispatchedOperation } from "../src/Runner.js"
@@ -37,7 +38,7 @@ const options: RunnerModule.RunnerOptions = {
     isError: true
   })
 }
-const settings = { model: "fake-model", options: { mode: "agent" } }
+const settings: TurnSettings = { model: "fake-model", mode: "agent" }
 const start = (textValue: string) =>
   Input.Start({ message: { role: "user", content: [{ type: "text", text: textValue }] }, context: [], settings })
 

@@ -4,9 +4,10 @@ import { SqlClient } from "@effect/sql"
 import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Context, Effect, Exit, Layer, Option } from "effect"
-import { canonicalJson, messagesHash, requestHash, serializeMessage } from "../src/Llm.js"
-import { turnIdOf } from "../src/Loop.js"
-import type { ConversationState } from "../src/Loop.js"
+import { canonicalJson, messageHash, messagesHash, requestHash, serializeMessage } from "../src/Llm.js"
+import { initialConversation, turnIdOf } from "../src/Loop.js"
+import type { ConversationState, TurnSettings } from "../src/Loop.js"
+import * as Prompt from "../src/Prompt.js"
 import * as Store from "../src/Store.js"
 import { migrations } from "../src/store/migrations.js"
 import { prefixUpperBound } from "../src/store/SqlStore.js"
@@ -640,6 +641,113 @@ describe("Store", () => {
         }).pipe(Effect.provide(withSql(filename)))
         assert.deepStrictEqual(result.migrated, [1, 2])
         assert.deepStrictEqual(result.found.map((start) => start.inputId), ["req-old/m2:0", "req-old/m1:0"])
+      }).pipe(Effect.provide(NodeContext.layer)))
+  })
+
+  describe("turn settings: typed, and rows in the untyped shape of earlier releases still load", () => {
+    /** Settings with every field set, as `Dialect.decodeRunRequest` and the transport fill them. */
+    const fullSettings: TurnSettings = {
+      model: "claude-x",
+      mode: "ask",
+      workspace: { workspacePaths: ["/w/é"], projectFolder: "/w/é", osVersion: "linux 6.1", shell: "bash", timeZone: "Europe/Paris", terminalsFolder: "/t" },
+      mcpTools: [{
+        name: "gh",
+        description: "GitHub search",
+        providerIdentifier: "github",
+        toolName: "search",
+        inputSchema: { type: "object", properties: { q: { type: "string" } }, required: ["q"] }
+      }],
+      rules: [{ path: ".cursor/rules/a.mdc", content: "use tabs" }, { path: "", content: "user rule" }],
+      customSystemPrompt: "be brief",
+      modelParameters: { thinking_effort: "high" },
+      maxMode: false,
+      requestId: "req-1",
+      userMessageId: "msg-1",
+      carriedCheckpoint: "EgQKAnQx"
+    }
+    const { model: _model, ...fullOptions } = fullSettings
+
+    const turnMessage = user("fix the bug")
+
+    /** The state fields column as the release before typed settings wrote it (canonical JSON, settings untyped). */
+    const untypedStateJson = (options: Record<string, unknown>) =>
+      canonicalJson({ activeCallId: null, llmCallSeq: 1, queued: [], settings: { model: "claude-x", options }, turnSeq: 1, turnStart: 0 })
+
+    /** A database as the earlier release left it: its migrations run, and one conversation row with its message, written by hand. */
+    const untypedDatabase = (conversationId: string, options: Record<string, unknown>) =>
+      Effect.gen(function*() {
+        const filename = yield* tempDatabase
+        const fs = yield* FileSystem.FileSystem
+        const path = yield* Path.Path
+        yield* fs.makeDirectory(path.dirname(filename), { recursive: true })
+        yield* Effect.gen(function*() {
+          yield* SqliteMigrator.run({ loader: SqliteMigrator.fromRecord(migrations) })
+          const sql = yield* SqlClient.SqlClient
+          yield* sql`
+            INSERT INTO conversations (conversation_id, version, status, turn_id, message_count, messages_hash, waiting_json, state_json, updated_at_ms)
+            VALUES (${conversationId}, 2, 'final', ${turnIdOf(conversationId, 1)}, 1, ${messagesHash([turnMessage])}, NULL, ${untypedStateJson(options)}, 0)`
+          yield* sql`
+            INSERT INTO messages (conversation_id, seq, message_json, hash)
+            VALUES (${conversationId}, 0, ${serializeMessage(turnMessage)}, ${messageHash(turnMessage)})`
+        }).pipe(Effect.provide(SqliteClient.layer({ filename })))
+        return filename
+      })
+
+    const storedSettingsOf = (conversationId: string) =>
+      Effect.flatMap(SqlClient.SqlClient, (sql) =>
+        sql<{ state_json: string }>`SELECT state_json FROM conversations WHERE conversation_id = ${conversationId}`).pipe(
+          Effect.map((rows) => (JSON.parse(rows[0]!.state_json) as { settings: unknown }).settings)
+        )
+
+    it.effect("new rows: every typed field commits and loads back equal, stored as typed JSON", () =>
+      Effect.gen(function*() {
+        const state = appendUser({ ...initialConversation("conv-typed"), status: "final", turnSeq: 1, turnId: turnIdOf("conv-typed", 1), settings: fullSettings }, "fix the bug")
+        yield* Effect.flatMap(Store.Store, (store) => store.commitInput({ conversationId: "conv-typed", inputId: "i1", expectedVersion: 0, next: state, result: null }))
+        const loaded = yield* loadSome("conv-typed")
+        assert.deepStrictEqual(loaded.state, state)
+        assert.deepStrictEqual(yield* storedSettingsOf("conv-typed"), fullSettings)
+        // Only the model is required.
+        const bare = { ...state, settings: { model: "m" } }
+        yield* Effect.flatMap(Store.Store, (store) => store.commitInput({ conversationId: "conv-typed", inputId: "i2", expectedVersion: 1, next: bare, result: null }))
+        assert.deepStrictEqual((yield* loadSome("conv-typed")).state.settings, { model: "m" })
+      }).pipe(Effect.provide(memory)))
+
+    it.scoped("an untyped row from an earlier release loads with typed settings, and its next commit stores them typed", () =>
+      Effect.gen(function*() {
+        const filename = yield* untypedDatabase("conv-untyped", fullOptions)
+        yield* Effect.gen(function*() {
+          const store = yield* Store.Store
+          const loaded = yield* loadSome("conv-untyped")
+          assert.strictEqual(loaded.version, 2)
+          assert.deepStrictEqual(loaded.state.settings, fullSettings)
+          assert.deepStrictEqual(loaded.state.messages, [turnMessage])
+          assert.deepStrictEqual((yield* storedSettingsOf("conv-untyped")), { model: "claude-x", options: fullOptions }, "loading rewrites nothing")
+          const next = appendUser(loaded.state, "and the tests")
+          yield* store.commitInput({ conversationId: "conv-untyped", inputId: "i3", expectedVersion: 2, next, result: null })
+          assert.deepStrictEqual(yield* storedSettingsOf("conv-untyped"), fullSettings)
+          assert.deepStrictEqual((yield* loadSome("conv-untyped")).state, next)
+        }).pipe(Effect.provide(withSql(filename)))
+      }).pipe(Effect.provide(NodeContext.layer)))
+
+    it.scoped("an untyped option of the wrong type or an unknown key is left out, as the old readers ignored it: the same prompt and tools", () =>
+      Effect.gen(function*() {
+        const filename = yield* untypedDatabase("conv-odd", {
+          mode: "debug",
+          workspace: "/home/u/é",
+          rules: "none",
+          mcpTools: { gh: true },
+          requestId: 7,
+          userMessageId: "msg-2",
+          customSystemPrompt: "be brief",
+          somethingElse: { a: 1 }
+        })
+        const loaded = yield* loadSome("conv-odd").pipe(Effect.provide(withSql(filename)))
+        const settings = { model: "claude-x", userMessageId: "msg-2", customSystemPrompt: "be brief" }
+        assert.deepStrictEqual(loaded.state.settings, settings)
+        // What the old readers made of these options: agent mode, no environment, no rules, no MCP tools.
+        const context = { conversationId: "conv-odd", turnId: loaded.state.turnId, settings: loaded.state.settings! }
+        assert.strictEqual(Prompt.buildPrompt(context), Prompt.buildPrompt({ ...context, settings: { model: "claude-x", mode: "agent", customSystemPrompt: "be brief" } }))
+        assert.deepStrictEqual(Prompt.buildTools(context).map((tool) => tool.name), ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "TodoWrite"])
       }).pipe(Effect.provide(NodeContext.layer)))
   })
 

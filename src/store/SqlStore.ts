@@ -29,6 +29,7 @@ import {
 } from "../Llm.js"
 import type { RequestMessages } from "../Llm.js"
 import { ConversationState, ConversationStatus, WaitingClient } from "../Loop.js"
+import { StoredTurnSettings } from "./LegacyRows.js"
 import {
   CorruptRow,
   DuplicateInput,
@@ -119,11 +120,12 @@ interface OperationRow {
  * The ConversationState fields that are neither history nor a column of their own: small,
  * rewritten at each commit as one JSON value. Derived from the schema, so a field the loop
  * adds is stored without a change here (rows written before it existed then fail to decode
- * until the field gets a default).
+ * until the field gets a default). Settings also decode from the shape earlier releases wrote.
  */
-const StateFields = ConversationState.pipe(
-  Schema.omit("conversationId", "status", "turnId", "messages", "messagesHash", "waiting")
-)
+const StateFields = Schema.Struct({
+  ...ConversationState.omit("conversationId", "status", "turnId", "messages", "messagesHash", "waiting").fields,
+  settings: Schema.NullOr(StoredTurnSettings)
+})
 
 const decodeMessage = Schema.decodeUnknownEither(Message)
 const decodeStatus = Schema.decodeUnknownEither(ConversationStatus)

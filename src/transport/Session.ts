@@ -202,10 +202,7 @@ export const write = (session: Session, messages: ReadonlyArray<AgentServerMessa
   session.channel.write(messages.map(frameOf))
 
 /** The Cursor request a turn belongs to: the run request's id, kept in the turn settings. */
-export const requestIdOf = (turn: TurnRef): string => {
-  const id = turn.settings.options["requestId"]
-  return typeof id === "string" ? id : turn.turnId
-}
+export const requestIdOf = (turn: TurnRef): string => Dialect.requestIdOfSettings(turn.settings) ?? turn.turnId
 
 /** The conversation a run request is for: its conversation id, else the request id. */
 export const conversationOf = (session: Session, run: RunRequest): string =>

@@ -145,7 +145,7 @@ describe("Server end to end (real provider path)", () => {
       const body = bodyOf(app, 0)
       assert.strictEqual(body.model, "fake-upstream")
       assert.strictEqual(body.stream, true)
-      const systemPrompt = Prompt.buildPrompt({ conversationId: "conv-text", turnId: "", settings: { model: "fake-model", options: { workspace: { workspacePaths: [] } } } })
+      const systemPrompt = Prompt.buildPrompt({ conversationId: "conv-text", turnId: "", settings: { model: "fake-model", workspace: { workspacePaths: [], projectFolder: "", osVersion: "", shell: "", timeZone: "", terminalsFolder: "" } } })
       assert.deepStrictEqual(body.messages, [{ content: systemPrompt, role: "system" }, { content: "hi there", role: "user" }])
       assert.deepStrictEqual((body.tools ?? []).map((t) => (t as { function: { name: string } }).function.name), [
         "Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "TodoWrite"

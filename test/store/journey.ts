@@ -7,13 +7,17 @@
 import { messageHash, requestHash } from "../../src/Llm.js"
 import type { AssistantMessage, ToolCall, ToolResultMessage, UserMessage } from "../../src/Llm.js"
 import { initialRuntime, Input, makeTransition } from "../../src/Loop.js"
-import type { Command, ConversationState, RuntimeState } from "../../src/Loop.js"
+import type { Command, ConversationState, RuntimeState, TurnSettings } from "../../src/Loop.js"
 import type { CommitInput, PlannedLlmCall, PlannedOperation } from "../../src/Store.js"
 import { testPolicy } from "../support/LoopScenario.js"
 
 const transition = makeTransition(testPolicy)
 
-export const settings = { model: "fake-model", options: { mode: "agent", workspace: "/home/u/é" } }
+export const settings: TurnSettings = {
+  model: "fake-model",
+  mode: "agent",
+  workspace: { workspacePaths: ["/home/u/é"], projectFolder: "/home/u/é", osVersion: "", shell: "", timeZone: "", terminalsFolder: "" }
+}
 
 export const user = (text: string): UserMessage => ({ role: "user", content: [{ type: "text", text }] })
 

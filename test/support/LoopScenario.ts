@@ -17,7 +17,7 @@ import {
 } from "../../src/Llm.js"
 import type { AssistantMessage, Message, ResponseEvent, ToolCall, ToolDefinition } from "../../src/Llm.js"
 import { Command, initialRuntime, Input } from "../../src/Loop.js"
-import type { Policy, RuntimeState, Transition } from "../../src/Loop.js"
+import type { Policy, RuntimeState, Transition, TurnSettings } from "../../src/Loop.js"
 
 export type TransitionFn = (state: RuntimeState, input: Input) => Transition
 
@@ -199,7 +199,7 @@ export interface Simulation {
   readonly truncatedToolCallIds: ReadonlySet<string>
 }
 
-const settings = { model: "fake-model", options: { mode: "agent" } }
+const settings: TurnSettings = { model: "fake-model", mode: "agent" }
 
 export const simulate = (transition: TransitionFn, scenario: Scenario, conversationId = "conv-1"): Simulation => {
   const log: Array<LogEntry> = []

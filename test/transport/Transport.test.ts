@@ -530,7 +530,7 @@ describe("Transport end to end", () => {
       // The start went in first (with the rules read back), then the cancel.
       const loaded = Option.getOrThrow(yield* harness.store.load("conv-ref-cancel"))
       assert.deepStrictEqual(loaded.state.messages.map((m) => m.role), ["user"])
-      assert.deepStrictEqual(loaded.state.settings?.options["rules"], [{ path: "/w/r.mdc", content: "rule" }])
+      assert.deepStrictEqual(loaded.state.settings?.rules, [{ path: "/w/r.mdc", content: "rule" }])
     }))
 
   it.scopedLive("twenty turns at once on twenty conversations all end cleanly", () =>
