@@ -22,7 +22,7 @@ import type { InputEnv } from "./transport/ClientInput.js"
 import { ConnectError, decodeUnaryBody, endStreamFrame, httpStatusOf, parseEnvelopes } from "./transport/Connect.js"
 import type { TransportOptions } from "./transport/Options.js"
 import * as Recovery from "./transport/Recovery.js"
-import { HEARTBEAT_FRAME } from "./transport/Session.js"
+import { HEARTBEAT_FRAME, isUnresolved } from "./transport/Session.js"
 import type { Session } from "./transport/Session.js"
 import * as Sessions from "./transport/Sessions.js"
 import { endInput } from "./transport/TurnEnd.js"
@@ -42,8 +42,11 @@ export interface TransportService {
    * (`Run` has no acknowledgements). Fails with a Connect error that ends the stream.
    */
   readonly runMessage: (requestId: string, seqno: number, message: ClientMessage) => Effect.Effect<void, ConnectError>
-  /** A `Run` stream half-closed: the end of the client's input (not a cancel). */
-  readonly runInputEnded: (requestId: string) => Effect.Effect<void>
+  /**
+   * A `Run` stream half-closed: the end of the client's input (not a cancel). True when the
+   * request has nothing to run (no run request came, and none can come now).
+   */
+  readonly runInputEnded: (requestId: string) => Effect.Effect<boolean>
   /** The output of a `Run` stream: the session's frames (heartbeats included), ending with end-stream. */
   readonly runOutput: (requestId: string) => Effect.Effect<Stream.Stream<Uint8Array>>
   /** Ends every open stream with a retryable error (graceful shutdown). */
@@ -127,7 +130,8 @@ export const make = Effect.gen(function*() {
   const runInputEnded = (requestId: string) =>
     Effect.suspend(() => {
       const session = sessions.get(requestId)
-      return session === undefined ? Effect.void : endInput(session.resumeOf ?? session)
+      if (session === undefined) return Effect.succeed(true)
+      return Effect.as(endInput(session.resumeOf ?? session), isUnresolved(session))
     })
 
   return Transport.of({ options, bidiAppend, runSse, runMessage, runInputEnded, runOutput, shutdown: sessions.shutdown, sessionCount: sessions.size })

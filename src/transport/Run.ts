@@ -17,6 +17,7 @@
 import { Cause, Context, Effect, Exit, Fiber, FiberSet, Layer, Option, Stream } from "effect"
 import { randomUUID } from "node:crypto"
 import { readFileSync } from "node:fs"
+import type * as Http from "node:http"
 import * as Http2 from "node:http2"
 import * as Net from "node:net"
 import type * as Tls from "node:tls"
@@ -45,11 +46,14 @@ export class Http2Endpoints extends Context.Tag("cursor-byok/transport/Http2Endp
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
 /** What an HTTP/1.1 client gets on an HTTP/2 port: a Connect error it can read. */
-const http1Refusal = (port: string) => {
-  const body = JSON.stringify({
+const http1RefusalBody = (port: string) =>
+  JSON.stringify({
     code: "unimplemented",
     message: `this port (${port}) serves agent.v1.AgentService/Run over HTTP/2 only; use HTTP/2, or RunSSE + BidiAppend on the HTTP/1.1 port`
   })
+
+const http1Refusal = (port: string) => {
+  const body = http1RefusalBody(port)
   return `HTTP/1.1 505 HTTP Version Not Supported\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
 }
 
@@ -159,11 +163,11 @@ const serveRun = (transport: TransportService, stream: Http2.ServerHttp2Stream, 
       return yield* endWith(error)
     }
     // Half-closed: the end of the client's input, not a cancel. A stream that sent nothing to run is told so.
-    if (seqno === 0) return yield* endWith(new ConnectError("invalid_argument", "the Run stream ended without a run request"))
     // Node ends the request body of a reset stream before it reports the reset: look once more.
     yield* Effect.async<void>((resume) => void setImmediate(() => resume(Effect.void)))
     if (stream.destroyed || stream.aborted || (stream.rstCode ?? 0) !== 0) return yield* Fiber.interrupt(writer)
-    yield* transport.runInputEnded(requestId)
+    const nothingToRun = yield* transport.runInputEnded(requestId)
+    if (seqno === 0 || nothingToRun) return yield* endWith(new ConnectError("invalid_argument", "the Run stream ended without a run request"))
     yield* Fiber.join(writer)
   }).pipe(
     Effect.onInterrupt(() => Effect.sync(() => stream.destroyed || stream.close())),
@@ -228,6 +232,7 @@ export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Error,
           if (head.equals(PREFACE.subarray(0, head.length))) {
             h2.emit("connection", socket)
           } else {
+            socket.resume()
             socket.end(http1Refusal(String(cleartextPort)))
           }
         })
@@ -237,8 +242,18 @@ export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Error,
     }
 
     if (options.tls !== undefined) {
-      const h2 = Http2.createSecureServer({ cert: options.tls.cert, key: options.tls.key, settings: { initialWindowSize: 1 << 20 } })
+      // HTTP/1.1 is allowed in the handshake only to be refused readably (a client offering only
+      // http/1.1 would otherwise get a bare TLS alert). The 'request' listener would also set up
+      // Node's compatibility layer on every HTTP/2 stream: that one is removed, ours stays.
+      const h2 = Http2.createSecureServer({ cert: options.tls.cert, key: options.tls.key, allowHTTP1: true, settings: { initialWindowSize: 1 << 20 } })
       const sessions = trackSessions(h2)
+      h2.on("request", (request: Http.IncomingMessage, response: Http.ServerResponse) => {
+        if (request.httpVersionMajor === 2) return
+        const body = http1RefusalBody(String(tlsPort))
+        response.writeHead(505, { "content-type": "application/json", connection: "close" })
+        response.end(body)
+      })
+      h2.removeAllListeners("stream")
       h2.on("stream", handler)
       h2.on("unknownProtocol", (socket: Tls.TLSSocket) => socket.end(http1Refusal(String(tlsPort))))
       tlsPort = yield* listen(h2, options.host, options.tls.port)

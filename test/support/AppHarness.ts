@@ -76,6 +76,8 @@ export interface AppHarness {
   readonly baseUrl: string
   /** `http://127.0.0.1:<port>` of the h2c listener serving `Run`. */
   readonly h2cUrl: string
+  /** The TLS listener's port, when the configuration turns it on. */
+  readonly tlsPort: number | undefined
   readonly provider: FakeProvider.FakeProvider
   readonly config: ServerConfig
   readonly database: string
@@ -96,7 +98,8 @@ export const make = (options: AppHarnessOptions = {}): Effect.Effect<AppHarness,
     const database = options.database ?? join(yield* tempDir, "byok.sqlite")
     const file = Schema.decodeUnknownSync(Config.FileConfig)({ ...fileConfigJson(provider.baseUrl, options.config), database })
     const config = Config.resolve(file, { [API_KEY_ENV]: API_KEY })
-    const app = Run.layer({ host: "127.0.0.1", cleartextPort: 0, tls: undefined }).pipe(
+    // h2c on an ephemeral port whatever the file says; TLS as configured.
+    const app = Run.layerConfig({ host: "127.0.0.1", http2: { cleartextPort: 0, tls: config.http2.tls } }).pipe(Layer.orDie,
       Layer.provideMerge(Server.layerApp(config)),
       Layer.provideMerge(NodeHttpServer.layer(Server.makeHttpServer, Server.listenOptions(0, "127.0.0.1"))),
       Layer.provide(NodeHttpClient.layerUndici)
@@ -111,6 +114,7 @@ export const make = (options: AppHarnessOptions = {}): Effect.Effect<AppHarness,
       port: address.port,
       baseUrl: `http://127.0.0.1:${address.port}`,
       h2cUrl: `http://127.0.0.1:${Context.get(context, Run.Http2Endpoints).cleartextPort}`,
+      tlsPort: Context.get(context, Run.Http2Endpoints).tlsPort,
       provider,
       config,
       database,
