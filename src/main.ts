@@ -12,7 +12,10 @@ const Main = Layer.unwrapEffect(Effect.gen(function*() {
   const config = yield* Config.load
   for (const notice of config.notices) yield* Effect.logWarning(notice)
   yield* Effect.logInfo(
-    `cursor-byok: ${config.models.length} models (${config.models.map((m) => m.id).join(", ") || "none"}), database ${config.database}, listening on http://${config.host}:${config.port}`
+    `cursor-byok: ${config.models.length} models (${config.models.map((m) => m.id).join(", ") || "none"}), database ${config.database}, ` +
+      `RunSSE + BidiAppend on http://${config.host}:${config.port}` +
+      (config.http2.cleartextPort === undefined ? "" : `, Run (h2c) on http://${config.host}:${config.http2.cleartextPort}`) +
+      (config.http2.tls === undefined ? "" : `, Run (TLS, h2) on https://${config.host}:${config.http2.tls.port}`)
   )
   return Server.layer(config)
 })).pipe(Layer.provide(NodeContext.layer))
