@@ -22,6 +22,7 @@ import * as Http2 from "node:http2"
 import * as Net from "node:net"
 import type * as Tls from "node:tls"
 import { gunzipSync } from "node:zlib"
+import { ConfigError } from "../Config.js"
 import * as Dialect from "../Dialect.js"
 import { Transport } from "../Transport.js"
 import type { TransportService } from "../Transport.js"
@@ -186,9 +187,14 @@ const onStream = (transport: TransportService, runFork: <A, E>(effect: Effect.Ef
   }
 
 /** Listens on `port`; resolves with the bound port. */
-const listen = (server: Net.Server, host: string, port: number) =>
-  Effect.async<number, Error>((resume) => {
-    server.once("error", (error) => resume(Effect.fail(error)))
+const listen = (server: Net.Server, host: string, port: number, what: string) =>
+  Effect.async<number, ConfigError>((resume) => {
+    server.once("error", (error: NodeJS.ErrnoException) =>
+      resume(Effect.fail(new ConfigError({
+        message: error.code === "EADDRINUSE"
+          ? `the ${what} port ${host}:${port} is in use: choose another (${what === "h2c" ? "http2.cleartextPort or BYOK_H2C_PORT, or off" : "http2.tls.port or BYOK_TLS_PORT"})`
+          : `the ${what} listener could not listen on ${host}:${port}: ${error.message}`
+      }))))
     server.listen({ port, host, backlog: 4096 }, () => resume(Effect.succeed((server.address() as Net.AddressInfo).port)))
   })
 
@@ -209,7 +215,7 @@ const trackSessions = (server: Http2.Http2Server | Http2.Http2SecureServer) => {
 }
 
 /** The HTTP/2 listeners, serving `Run` until the scope closes. */
-export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Error, Transport> =>
+export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, ConfigError, Transport> =>
   Layer.scoped(Http2Endpoints, Effect.gen(function*() {
     const transport = yield* Transport
     const runFork = yield* FiberSet.makeRuntime<never>()
@@ -237,7 +243,7 @@ export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Error,
           }
         })
       })
-      cleartextPort = yield* listen(server, options.host, options.cleartextPort)
+      cleartextPort = yield* listen(server, options.host, options.cleartextPort, "h2c")
       yield* Effect.addFinalizer(() => close(server, sessions))
     }
 
@@ -256,7 +262,7 @@ export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Error,
       h2.removeAllListeners("stream")
       h2.on("stream", handler)
       h2.on("unknownProtocol", (socket: Tls.TLSSocket) => socket.end(http1Refusal(String(tlsPort))))
-      tlsPort = yield* listen(h2, options.host, options.tls.port)
+      tlsPort = yield* listen(h2, options.host, options.tls.port, "TLS")
       yield* Effect.addFinalizer(() => close(h2, sessions))
     }
     return { cleartextPort, tlsPort }
@@ -279,5 +285,5 @@ export const layerConfig = (config: {
           ? undefined
           : { port: config.http2.tls.port, cert: readFileSync(config.http2.tls.certFile), key: readFileSync(config.http2.tls.keyFile) }
       }),
-    catch: (cause) => new Error(`the TLS certificate or key for the HTTP/2 listener could not be read: ${(cause as Error).message}`)
+    catch: (cause) => new ConfigError({ message: `the TLS certificate or key of the HTTP/2 listener could not be read: ${(cause as Error).message}` })
   }))
