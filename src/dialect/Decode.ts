@@ -1,0 +1,144 @@
+/**
+ * Decoding what the client sends: a BidiAppend body (or its parsed request) to an envelope
+ * `{ requestId, appendSeqno, message }`, and a RunSSE request to its request id. Never throws:
+ * bad bytes give a typed `DialectError`, and a oneof case from a newer client gives
+ * `ClientMessage.Unknown` (log and drop).
+ */
+import { fromBinary } from "@bufbuild/protobuf"
+import { Either } from "effect"
+import { AgentClientMessageSchema } from "../gen/agent/v1/agent_pb.js"
+import type {
+  AgentClientMessage,
+  ConversationAction,
+  ExecClientControlMessage,
+  ExecClientMessage,
+  KvClientMessage
+} from "../gen/agent/v1/agent_pb.js"
+import { BidiAppendRequestSchema, BidiRequestIdSchema } from "../gen/aiserver/v1/aiserver_pb.js"
+import type { BidiAppendRequest } from "../gen/aiserver/v1/aiserver_pb.js"
+import { fail, hexToBytes, parse, unknownFields } from "./Bytes.js"
+import type { DialectError } from "./Bytes.js"
+import { ClientMessage } from "./ClientMessage.js"
+import type { BidiEnvelope } from "./ClientMessage.js"
+import { decodeRunRequest } from "./RunRequest.js"
+import { toLlmUserMessage } from "./UserMessage.js"
+
+/** Decodes a BidiAppend request body (already gunzipped by the transport). */
+export const decodeBidiAppend = (body: Uint8Array): Either.Either<BidiEnvelope, DialectError> =>
+  Either.flatMap(parse("BidiAppendRequest", () => fromBinary(BidiAppendRequestSchema, body)), decodeBidiAppendRequest)
+
+/** Decodes an already parsed `BidiAppendRequest` (`data` hex, or `data_binary` raw bytes). */
+export const decodeBidiAppendRequest = (request: BidiAppendRequest): Either.Either<BidiEnvelope, DialectError> => {
+  const requestId = request.requestId?.requestId ?? ""
+  if (requestId === "") return fail("missingField", "BidiAppendRequest.request_id is missing")
+  if (request.appendSeqno < 0n) return fail("missingField", `BidiAppendRequest.append_seqno is negative (${request.appendSeqno})`)
+  let bytes: Either.Either<Uint8Array, DialectError>
+  if (request.data !== "") bytes = hexToBytes(request.data)
+  else if (request.dataBinary.length > 0) bytes = Either.right(request.dataBinary)
+  else return fail("missingField", "BidiAppendRequest carries neither data nor data_binary")
+  return bytes.pipe(
+    Either.flatMap(decodeClientMessage),
+    Either.map((message): BidiEnvelope => ({ requestId, appendSeqno: request.appendSeqno, message }))
+  )
+}
+
+/** Decodes the RunSSE request payload (one `BidiRequestId`) to its request id. */
+export const decodeRunSseRequest = (payload: Uint8Array): Either.Either<string, DialectError> =>
+  Either.flatMap(parse("BidiRequestId", () => fromBinary(BidiRequestIdSchema, payload)), ({ requestId }) =>
+    requestId === "" ? fail("missingField", "BidiRequestId.request_id is missing") : Either.right(requestId))
+
+/** Decodes the bytes of one `AgentClientMessage`. */
+export const decodeClientMessage = (bytes: Uint8Array): Either.Either<ClientMessage, DialectError> =>
+  Either.flatMap(parse("AgentClientMessage", () => fromBinary(AgentClientMessageSchema, bytes)), fromClientMessage)
+
+const unknownCase = (where: string, message: { readonly $unknown?: ReadonlyArray<{ readonly no: number }> | undefined }) => {
+  const fields = unknownFields(message)
+  return fields.length > 0
+    ? Either.right(ClientMessage.Unknown({ where, fields }))
+    : fail("missingField", `${where} has no case set`)
+}
+
+type Decoded = Either.Either<ClientMessage, DialectError>
+
+/** Maps a parsed `AgentClientMessage` to what the transport and runner act on. */
+export const fromClientMessage = (message: AgentClientMessage): Decoded => {
+  const m = message.message
+  switch (m.case) {
+    case "runRequest":
+      return Either.right(ClientMessage.RunRequest(decodeRunRequest(m.value)))
+    case "conversationAction":
+      return decodeConversationAction(m.value)
+    case "execClientMessage":
+      return decodeExecClientMessage(m.value)
+    case "execClientControlMessage":
+      return decodeExecControl(m.value)
+    case "kvClientMessage":
+      return decodeKv(m.value)
+    case "interactionResponse":
+      return Either.right(ClientMessage.InteractionResponse({ id: m.value.id, field: unknownFields(m.value)[0] }))
+    case "clientHeartbeat":
+      return Either.right(ClientMessage.Heartbeat())
+    case "prewarmRequest":
+      return Either.right(ClientMessage.Prewarm({ prewarm: m.value }))
+    case undefined:
+      return unknownCase("AgentClientMessage", message)
+  }
+}
+
+const decodeConversationAction = (value: ConversationAction): Decoded => {
+  const action = value.action
+  switch (action.case) {
+    case "userMessageAction": {
+      const userMessage = action.value.userMessage
+      if (userMessage === undefined) return fail("missingField", "user_message_action.user_message is missing")
+      return Either.right(ClientMessage.UserMessage({ message: toLlmUserMessage(userMessage), messageId: userMessage.messageId, userMessage }))
+    }
+    case "cancelAction":
+      return Either.right(ClientMessage.Cancel({ reason: action.value.reason }))
+    case "resumeAction":
+    case "startPlanAction":
+      // These only mean something inside a run_request; on a live request we do not act on them.
+      return Either.right(ClientMessage.Unknown({ where: `ConversationAction.${action.case}`, fields: [action.case === "resumeAction" ? 2 : 6] }))
+    case undefined:
+      return unknownCase("ConversationAction", value)
+  }
+}
+
+/** Shell stream events after which the client sends no more for that exec. */
+const TERMINAL_SHELL_EVENTS: ReadonlyArray<string> = ["exit", "backgrounded", "rejected", "permissionDenied", "sandboxUnsupported"]
+
+const decodeExecClientMessage = (exec: ExecClientMessage): Decoded => {
+  const execId = exec.execId === "" ? undefined : exec.execId
+  const reply = exec.message
+  if (reply.case === undefined) return unknownCase("ExecClientMessage", exec)
+  if (reply.case !== "shellStream") return Either.right(ClientMessage.ExecResult({ id: exec.id, execId, reply }))
+  const event = reply.value.event
+  if (event.case === undefined) return unknownCase("ShellStream", reply.value)
+  return Either.right(ClientMessage.ExecStream({ id: exec.id, execId, reply, terminal: TERMINAL_SHELL_EVENTS.includes(event.case) }))
+}
+
+const decodeExecControl = (value: ExecClientControlMessage): Decoded => {
+  const control = value.message
+  switch (control.case) {
+    case "streamClose":
+      return Either.right(ClientMessage.ExecStreamClose({ id: control.value.id }))
+    case "throw":
+      return Either.right(ClientMessage.ExecThrow({ id: control.value.id, error: control.value.error, errorCode: control.value.errorCode }))
+    case "heartbeat":
+      return Either.right(ClientMessage.ExecHeartbeat({ id: control.value.id }))
+    case undefined:
+      return unknownCase("ExecClientControlMessage", value)
+  }
+}
+
+const decodeKv = (value: KvClientMessage): Decoded => {
+  const kv = value.message
+  switch (kv.case) {
+    case "getBlobResult":
+      return Either.right(ClientMessage.KvResult({ id: value.id, kind: "getBlob", data: kv.value.blobData, error: kv.value.error?.message }))
+    case "setBlobResult":
+      return Either.right(ClientMessage.KvResult({ id: value.id, kind: "setBlob", data: undefined, error: kv.value.error?.message }))
+    case undefined:
+      return unknownCase("KvClientMessage", value)
+  }
+}

@@ -1,0 +1,251 @@
+/**
+ * The run request: its action, and the model, mode, MCP tools, workspace and rules of the turn
+ * it asks for as the turn's settings; and what to read back from the client's blob store before
+ * the turn starts (request-context parts in `ref_only` transport, images named by blob id).
+ */
+import { clone, create, fromBinary, toBinary, toJson } from "@bufbuild/protobuf"
+import { ValueSchema } from "@bufbuild/protobuf/wkt"
+import {
+  ConversationStateStructureSchema,
+  RequestContextMcpsPartSchema,
+  RequestContextRulesPartSchema,
+  RequestContextSchema
+} from "../gen/agent/v1/agent_pb.js"
+import type {
+  AgentRunRequest,
+  ConversationStateStructure,
+  McpToolDefinition,
+  RequestContext,
+  UserMessage as CursorUserMessage
+} from "../gen/agent/v1/agent_pb.js"
+import { sha256Bytes } from "../internal/Sha256.js"
+import type { UserContent } from "../Llm.js"
+import type { TurnSettings } from "../Loop.js"
+import type { McpToolDescriptor } from "../Tools.js"
+import { bytesToHex, sameBytes, unknownFields } from "./Bytes.js"
+import { RunAction } from "./ClientMessage.js"
+import type { ContextPartRef, RunRequest, WorkspaceInfo } from "./ClientMessage.js"
+import { attachedImagesOf, cursorModeOf, toLlmUserMessage } from "./UserMessage.js"
+
+const mcpDescriptor = (tool: McpToolDefinition): McpToolDescriptor => {
+  let inputSchema: unknown = undefined
+  if (tool.inputSchemaJson !== undefined && tool.inputSchemaJson !== "") {
+    try {
+      inputSchema = JSON.parse(tool.inputSchemaJson)
+    } catch {
+      inputSchema = undefined
+    }
+  }
+  if (inputSchema === undefined && tool.inputSchema !== undefined) inputSchema = toJson(ValueSchema, tool.inputSchema)
+  return {
+    name: tool.name,
+    description: tool.description,
+    providerIdentifier: tool.providerIdentifier,
+    toolName: tool.toolName,
+    inputSchema: inputSchema ?? { type: "object", properties: {} }
+  }
+}
+
+const workspaceOf = (context: RequestContext | undefined): WorkspaceInfo => {
+  const env = context?.env
+  return {
+    workspacePaths: env?.workspacePaths ?? [],
+    projectFolder: env?.projectFolder ?? "",
+    osVersion: env?.osVersion ?? "",
+    shell: env?.shell ?? "",
+    timeZone: env?.timeZone ?? "",
+    terminalsFolder: env?.terminalsFolder ?? ""
+  }
+}
+
+/**
+ * What the model should see besides the typed text: file contents the client attached. Rules go
+ * to `settings.rules` instead, because they belong in the system prompt, not history.
+ */
+const contextOf = (context: RequestContext | undefined): Array<UserContent> =>
+  Object.entries(context?.fileContents ?? {})
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([path, content]) => ({ type: "text" as const, text: `<attached_file path="${path}">\n${content}\n</attached_file>` }))
+
+/**
+ * The request context a run request carries: inline (legacy and dual transport), else the
+ * `dynamic_context` of its part references (ref_only, where rules, skills, subagents and MCP
+ * definitions are blobs the client holds), with the parts read back so far (`fetched`).
+ */
+const requestContextOf = (request: AgentRunRequest): RequestContext | undefined =>
+  inlineRequestContextOf(request) ?? request.action?.requestContextParts?.dynamicContext
+
+/** The request context the run request's action carries itself (legacy and dual transport). */
+const inlineRequestContextOf = (request: AgentRunRequest): RequestContext | undefined => {
+  const action = request.action?.action
+  return action?.case === "userMessageAction" || action?.case === "resumeAction" || action?.case === "startPlanAction"
+    ? action.value.requestContext
+    : undefined
+}
+
+/** The run request's user message (a new turn's or a plan's), if it has one. */
+const runUserMessageOf = (request: AgentRunRequest): CursorUserMessage | undefined => {
+  const action = request.action?.action
+  return action?.case === "userMessageAction" || action?.case === "startPlanAction" ? action.value.userMessage : undefined
+}
+
+/**
+ * What to read back: the request-context parts in ref_only transport (no inline context), only
+ * those this server uses (rules, MCP tools); and attached images named only by blob id that did
+ * not come along in `pre_fetched_blobs`.
+ */
+const contextToFetchOf = (request: AgentRunRequest): ReadonlyArray<ContextPartRef> => {
+  const parts = request.action?.requestContextParts
+  const refs: Array<ContextPartRef> = []
+  if (parts !== undefined && inlineRequestContextOf(request) === undefined) {
+    if (parts.rulesBlobId.length > 0) refs.push({ part: "rules", blobId: parts.rulesBlobId, byteLength: parts.rulesByteLength })
+    if (parts.mcpsBlobId.length > 0) refs.push({ part: "mcps", blobId: parts.mcpsBlobId, byteLength: parts.mcpsByteLength })
+  }
+  const sentAlong = sentAlongOf(request)
+  const userMessage = runUserMessageOf(request)
+  for (const image of userMessage === undefined ? [] : attachedImagesOf(userMessage, sentAlong)) {
+    if (image.data === undefined && image.blobId !== undefined && !refs.some((ref) => sameBytes(ref.blobId, image.blobId!))) {
+      refs.push({ part: "image", blobId: image.blobId, byteLength: 0 })
+    }
+  }
+  return refs
+}
+
+/** The blobs a run request brought along (`pre_fetched_blobs`), by hex id. */
+const sentAlongOf = (request: AgentRunRequest): ReadonlyMap<string, Uint8Array> =>
+  new Map(request.preFetchedBlobs.map((blob) => [bytesToHex(blob.id), blob.value]))
+
+/**
+ * The run request with what was read back from the client (by hex blob id) merged in, as if it
+ * had come inline: the request-context parts (rules and MCP tools) and the attached images. A
+ * blob that is missing, does not match its id or length, or does not decode is left out and
+ * says so in `problems`: the turn goes on without it rather than failing (an image that could
+ * not be read becomes a line of text saying so).
+ */
+export const withContextParts = (
+  run: RunRequest,
+  fetched: ReadonlyMap<string, Uint8Array>
+): { readonly run: RunRequest; readonly problems: ReadonlyArray<string> } => {
+  const problems: Array<string> = []
+  const context = clone(RequestContextSchema, requestContextOf(run.raw) ?? create(RequestContextSchema))
+  const images = new Map<string, Uint8Array>()
+  for (const ref of run.contextToFetch) {
+    const what = ref.part === "image" ? "an attached image" : `the ${ref.part} part of the request context`
+    const data = fetched.get(bytesToHex(ref.blobId))
+    if (data === undefined) {
+      problems.push(`${what} was not read back`)
+      continue
+    }
+    if (sha256Bytes(data) !== bytesToHex(ref.blobId) || (ref.byteLength > 0 && data.length !== ref.byteLength)) {
+      problems.push(`${what} does not match its id or length`)
+      continue
+    }
+    try {
+      if (ref.part === "rules") {
+        const part = fromBinary(RequestContextRulesPartSchema, data)
+        context.rules = part.rules
+        context.nonFileRules = part.nonFileRules
+        if (part.cloudRule !== undefined) context.cloudRule = part.cloudRule
+      } else if (ref.part === "mcps") {
+        context.tools = fromBinary(RequestContextMcpsPartSchema, data).tools
+      } else {
+        images.set(bytesToHex(ref.blobId), data)
+      }
+    } catch (cause) {
+      problems.push(`${what} does not decode: ${String(cause)}`)
+    }
+  }
+  return { run: { ...decodeRunRequestIn(run.raw, context, images), contextToFetch: [] }, problems }
+}
+
+export const decodeRunRequest = (request: AgentRunRequest): RunRequest => decodeRunRequestIn(request, requestContextOf(request), new Map())
+
+const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestContext | undefined, readBack: ReadonlyMap<string, Uint8Array>): RunRequest => {
+  const action = request.action?.action
+  const userMessage = runUserMessageOf(request)
+  // Start-plan is a user turn in plan mode, whatever mode the message itself says.
+  const mode = action?.case === "startPlanAction"
+    ? "plan"
+    : userMessage !== undefined
+    ? cursorModeOf(userMessage.mode)
+    : request.conversationState?.mode !== undefined
+    ? cursorModeOf(request.conversationState.mode)
+    : "agent"
+  const model = request.requestedModel?.modelId || request.modelDetails?.modelId || ""
+  // MCP tools come on the run request and again in the request context; keep the first of each.
+  const mcpTools: Array<McpToolDescriptor> = []
+  for (const tool of [...(request.mcpTools?.mcpTools ?? []), ...(requestContext?.tools ?? [])]) {
+    const descriptor = mcpDescriptor(tool)
+    if (!mcpTools.some((known) => known.providerIdentifier === descriptor.providerIdentifier && known.toolName === descriptor.toolName && known.name === descriptor.name)) {
+      mcpTools.push(descriptor)
+    }
+  }
+  const workspace = workspaceOf(requestContext)
+  const parameters = Object.fromEntries((request.requestedModel?.parameters ?? []).map((p) => [p.id, p.value]))
+  const settings: TurnSettings = {
+    model,
+    mode,
+    workspace,
+    mcpTools,
+    // The workspace's rule files, then the rules that are not files (the user's and the team's).
+    rules: [...(requestContext?.rules ?? []), ...(requestContext?.nonFileRules ?? [])].map((rule) => ({ path: rule.fullPath, content: rule.content })),
+    modelParameters: parameters,
+    maxMode: request.requestedModel?.maxMode ?? request.modelDetails?.maxMode ?? false,
+    ...(request.customSystemPrompt !== undefined ? { customSystemPrompt: request.customSystemPrompt } : {}),
+    // Not for the prompt: what the turn's checkpoint needs when a later process ends it (see `turnUserMessageOf`).
+    userMessageId: userMessage?.messageId ?? "",
+    ...(request.conversationState !== undefined ? { carriedCheckpoint: carriedCheckpointOption(request.conversationState) } : {})
+  }
+  let runAction: RunAction
+  switch (action?.case) {
+    case "userMessageAction":
+    case "startPlanAction":
+      runAction = userMessage === undefined
+        ? RunAction.Unsupported({ field: action.case === "userMessageAction" ? 1 : 6 })
+        : RunAction.StartTurn({
+          start: {
+            message: toLlmUserMessage(userMessage, new Map([...sentAlongOf(request), ...readBack]), new Set(Object.keys(requestContext?.fileContents ?? {}))),
+            context: contextOf(requestContext),
+            settings
+          },
+          userMessageId: userMessage.messageId,
+          userMessage
+        })
+      break
+    case "resumeAction":
+      runAction = RunAction.Resume({ settings })
+      break
+    case "cancelAction":
+      runAction = RunAction.Unsupported({ field: 3 })
+      break
+    case undefined:
+      runAction = RunAction.Unsupported({ field: request.action === undefined ? 0 : unknownFields(request.action)[0] ?? 0 })
+      break
+  }
+  return {
+    conversationId: request.conversationId,
+    action: runAction,
+    model,
+    mode,
+    mcpTools,
+    workspace,
+    conversationState: request.conversationState,
+    requestContextParts: request.action?.requestContextParts,
+    contextToFetch: contextToFetchOf(request),
+    raw: request
+  }
+}
+
+/**
+ * Of the client's checkpoint, what the turn's own checkpoint carries over and a process without
+ * the run request (one that recovers or replays the turn after a restart) could not know
+ * otherwise: the earlier turns' blob ids and the todos, as base64 protobuf. Small on purpose:
+ * settings are rewritten with the state at every commit. Summaries, plans, file states and the
+ * other fields the client keeps are not carried, so a checkpoint projected without the run
+ * request lacks them.
+ */
+const carriedCheckpointOption = (checkpoint: ConversationStateStructure): string =>
+  Buffer.from(toBinary(
+    ConversationStateStructureSchema,
+    create(ConversationStateStructureSchema, { turns: checkpoint.turns, todos: checkpoint.todos })
+  )).toString("base64")

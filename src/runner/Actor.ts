@@ -1,0 +1,60 @@
+/**
+ * A conversation's actor, as the runner's parts see it: the envelopes its mailbox takes, the
+ * state it folds, and `RunnerEnv`, what every part of the runner is given.
+ */
+import { Data } from "effect"
+import type { Context, Deferred, Effect, FiberMap, Mailbox } from "effect"
+import type { Llm, ResponseEvent } from "../Llm.js"
+import type { ConversationState, Input, makeTransition, RuntimeState } from "../Loop.js"
+import type { RunnerOptions } from "../Runner.js"
+import type { CorruptRow, StoreError, StoreService } from "../Store.js"
+import type { ClientGateway, TurnRef } from "./ClientGateway.js"
+
+export type RecoveryOutcome = "reissued" | "resent" | "interrupted" | "none"
+
+export type Envelope = Data.TaggedEnum<{
+  Apply: { readonly input: Input; readonly inputId: string | null; readonly applied?: Deferred.Deferred<void> }
+  /** The events of one model call that arrived together. */
+  Stream: { readonly callId: string; readonly events: ReadonlyArray<ResponseEvent> }
+  /** Restart recovery: resume what the committed state says is in flight, then report what was done. */
+  Resume: { readonly reply: Deferred.Deferred<RecoveryOutcome> }
+}>
+export const Envelope = Data.taggedEnum<Envelope>()
+
+export interface Actor {
+  readonly conversationId: string
+  readonly mailbox: Mailbox.Mailbox<Envelope>
+  readonly done: Effect.Effect<void>
+}
+
+export interface ActorState {
+  readonly runtime: RuntimeState
+  readonly version: number
+}
+
+export const turnRefOf = (state: ConversationState): TurnRef => ({
+  conversationId: state.conversationId,
+  turnId: state.turnId,
+  settings: state.settings ?? { model: "" }
+})
+
+/**
+ * What the parts of the runner (`runner/*`) are given, built once by `Runner.make`: the
+ * options, the services, the transition, the model streams, the committed-state cache, and
+ * `deliver` to the conversation's actor.
+ */
+export interface RunnerEnv {
+  readonly options: RunnerOptions
+  readonly store: StoreService
+  readonly llm: Context.Tag.Service<Llm>
+  readonly gateway: Context.Tag.Service<ClientGateway>
+  readonly transition: ReturnType<typeof makeTransition>
+  /** The running model stream of each conversation. */
+  readonly llmStreams: FiberMap.FiberMap<string>
+  /** The conversation's committed state and version: cached, or loaded from the store (always when `fresh`). */
+  readonly load: (conversationId: string, fresh?: boolean) => Effect.Effect<ActorState, CorruptRow | StoreError>
+  /** Caches a committed state. */
+  readonly remember: (state: ConversationState, version: number) => void
+  /** Hands an envelope to the conversation's actor, starting one if none runs. */
+  readonly deliver: (conversationId: string, envelope: Envelope) => Effect.Effect<void>
+}

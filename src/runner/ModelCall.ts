@@ -1,0 +1,58 @@
+/**
+ * A model call's stream, run in the conversation's FiberMap: its events go back to the actor's
+ * mailbox as they come off the network, and however it ends (done, an error, a stream cut
+ * short) the actor gets an event that says so.
+ */
+import { Chunk, Clock, Effect, FiberMap, Metric, Stream } from "effect"
+import type { ResponseEvent } from "../Llm.js"
+import type { Command } from "../Loop.js"
+import * as Metrics from "../Metrics.js"
+import { Envelope } from "./Actor.js"
+import type { Actor, RunnerEnv } from "./Actor.js"
+
+/** Streams a model call into the actor's mailbox; the call was saved (planned) by the commit before this. */
+export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Command, { _tag: "CallLlm" }>) =>
+  Effect.gen(function*() {
+    const { deliver, llm, llmStreams, store } = env
+    yield* store.markLlmCall(call.callId, "streaming").pipe(
+      Effect.catchAll((error) => Effect.logWarning("runner: could not mark a model call streaming", error))
+    )
+    // Through `deliver`, not this actor's mailbox: should the actor have ended, the next one gets it.
+    const feed = (events: ReadonlyArray<ResponseEvent>) =>
+      deliver(actor.conversationId, Envelope.Stream({ callId: call.callId, events }))
+    yield* Metric.increment(Metrics.llmCalls)
+    const openedAt = yield* Clock.currentTimeMillis
+    let finished = false
+    let firstDelta = true
+    const consume = llm.stream(call.request, { model: call.model, callId: call.callId }).pipe(
+      // One envelope per network read: under load a read carries many deltas.
+      Stream.runForEachChunk((chunk) => {
+        const events = Chunk.toReadonlyArray(chunk)
+        let timing: Effect.Effect<void> = Effect.void
+        for (const event of events) {
+          if (event._tag === "Done" || event._tag === "Error") finished = true
+          if (firstDelta && (event._tag === "TextDelta" || event._tag === "ThinkingDelta" || event._tag === "ToolCallStart")) {
+            firstDelta = false
+            timing = Clock.currentTimeMillis.pipe(Effect.flatMap((at) => Metric.update(Metrics.timeToFirstDelta, (at - openedAt) / 1000)))
+          }
+        }
+        return Effect.zipRight(timing, feed(events))
+      }),
+      Effect.catchAll((error) => {
+        finished = true
+        return feed([{
+          _tag: "Error",
+          reason: error.reason === "aborted" ? "aborted" : "error",
+          message: error.message,
+          retryable: error.retryable
+        }])
+      }),
+      Effect.zipRight(Effect.suspend(() =>
+        finished
+          ? Effect.void
+          : feed([{ _tag: "Error", reason: "error", message: "The model stream ended before the response was complete.", retryable: true }])
+      )),
+      Effect.annotateLogs({ conversationId: actor.conversationId, callId: call.callId })
+    )
+    yield* FiberMap.run(llmStreams, actor.conversationId, consume)
+  })

@@ -1,0 +1,159 @@
+/**
+ * One input through the loop, in the conversation's actor: commit the transition's new state
+ * before acting on it (`step`; a model stream's deltas are folded and published without a
+ * commit, `stepStream`), publish what it emits, then perform its command: stream a model call,
+ * hand a tool call to the client, or end the turn.
+ */
+import { Effect, FiberMap, Metric, Option } from "effect"
+import { coalesceDeltas } from "../Llm.js"
+import type { ResponseEvent } from "../Llm.js"
+import { Command, Input, isBusy } from "../Loop.js"
+import type { ConversationState } from "../Loop.js"
+import * as Metrics from "../Metrics.js"
+import { Envelope, turnRefOf } from "./Actor.js"
+import type { Actor, ActorState, RunnerEnv } from "./Actor.js"
+import type { TurnOutcome } from "./ClientGateway.js"
+import { commitOf, derivedInputId } from "./Commits.js"
+import { startModelCall } from "./ModelCall.js"
+import { turnUsageOf } from "./Outcomes.js"
+
+export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input, inputId: string | null): Effect.Effect<ActorState> =>
+  Effect.gen(function*() {
+    const { gateway, load, options, remember, store, transition } = env
+    const conversationId = actor.conversationId
+    if (inputId !== null) {
+      const seen = yield* store.findInputCommit(conversationId, inputId)
+      if (Option.isSome(seen)) return acc
+    }
+    const t = transition(acc.runtime, input)
+    let version = acc.version
+    if (t.state.committed !== acc.runtime.committed) {
+      const id = inputId ?? derivedInputId(acc.runtime.committed, input)
+      const committed = yield* store.commitInput(commitOf(options, conversationId, id, acc, input, t)).pipe(
+        Effect.map(Option.some),
+        Effect.catchTag("VersionConflict", () => Effect.succeed(Option.none<number>())),
+        Effect.catchTag("DuplicateInput", () => Effect.succeed(Option.none<number>()))
+      )
+      if (Option.isNone(committed)) {
+        // Another writer got there first: start again from what is committed, then re-apply.
+        const reloaded = yield* load(conversationId, true)
+        if (reloaded.version === acc.version) return yield* Effect.dieMessage(`commit of ${id} was refused but the version did not move`)
+        return yield* step(env, actor, reloaded, input, inputId)
+      }
+      version = committed.value
+      remember(t.state.committed, version)
+    }
+    if (input._tag === "LlmEvent" && input.event._tag === "Done" && acc.runtime.committed.activeCallId === input.callId) {
+      yield* Metrics.countTokens(input.event.message.usage)
+    }
+    if (input._tag === "LlmEvent" && input.event._tag === "Error" && acc.runtime.committed.activeCallId === input.callId) {
+      yield* Metric.increment(Metrics.llmErrors)
+    }
+    if (input._tag === "Start" && t.state.committed.turnId !== acc.runtime.committed.turnId) yield* Metric.increment(Metrics.turnsStarted)
+    const next: ActorState = { runtime: t.state, version }
+    if (t.emit.length > 0) {
+      yield* gateway.publish(turnRefOf(t.state.committed), input._tag === "LlmEvent" ? input.callId : "", t.emit)
+    }
+    yield* supersede(env, acc.runtime.committed, t.state.committed)
+    return yield* perform(env, actor, next, t.command)
+  }).pipe(
+    Effect.catchAll((error) =>
+      Effect.gen(function*() {
+        const { gateway, llmStreams } = env
+        // The store failed: nothing of this input was committed. The turn cannot go on safely.
+        yield* Effect.logError(`runner: ${input._tag} input could not be applied`, error)
+        const state = acc.runtime.committed
+        if (isBusy(state)) {
+          yield* FiberMap.remove(llmStreams, actor.conversationId)
+          yield* gateway.finish(
+            turnRefOf(state),
+            Command.Failed({ error: `The server could not save the conversation: ${error.message}`, retryable: false }),
+            state,
+            turnUsageOf(state)
+          )
+        }
+        return acc
+      })
+    )
+  )
+
+/**
+ * Model stream events as they came off one network read. Events that only move the
+ * in-memory pending response (deltas) are folded together and published once; an event that
+ * changes the committed state (Done, Error) goes through `step` to be committed first.
+ */
+export const stepStream = (env: RunnerEnv, actor: Actor, acc: ActorState, callId: string, events: ReadonlyArray<ResponseEvent>) =>
+  Effect.gen(function*() {
+    const { gateway, transition } = env
+    let current = acc
+    let emitted: Array<ResponseEvent> = []
+    const flush = Effect.suspend(() => {
+      if (emitted.length === 0) return Effect.void
+      const batch = emitted
+      emitted = []
+      // A read's deltas leave as one event per run of the same block: fewer frames, same text.
+      return gateway.publish(turnRefOf(current.runtime.committed), callId, coalesceDeltas(batch))
+    })
+    for (const event of events) {
+      const input = Input.LlmEvent({ callId, event })
+      const t = transition(current.runtime, input)
+      if (t.state.committed === current.runtime.committed && (t.command._tag === "ContinueLlm" || t.command._tag === "WaitInput")) {
+        for (const e of t.emit) emitted.push(e)
+        current = { ...current, runtime: t.state }
+        continue
+      }
+      yield* flush
+      current = yield* step(env, actor, current, input, null)
+    }
+    yield* flush
+    return current
+  })
+
+/** A Start that replaced a running turn: the old turn's stream and client work end here. */
+const supersede = (env: RunnerEnv, before: ConversationState, after: ConversationState) =>
+  isBusy(before) && after.turnId !== before.turnId
+    ? Effect.gen(function*() {
+      const { gateway, llmStreams } = env
+      yield* FiberMap.remove(llmStreams, before.conversationId)
+      yield* gateway.abort(turnRefOf(before))
+      yield* gateway.finish(turnRefOf(before), Command.Canceled({ reason: "superseded by a new turn" }), after, turnUsageOf(before))
+    })
+    : Effect.void
+
+const perform = (env: RunnerEnv, actor: Actor, acc: ActorState, command: Command): Effect.Effect<ActorState> =>
+  Command.$match(command, {
+    ContinueLlm: () => Effect.succeed(acc),
+    WaitInput: () => Effect.succeed(acc),
+    CallLlm: (call) => Effect.as(startModelCall(env, actor, call), acc),
+    CallClient: ({ operationId, toolCall }) =>
+      Metric.increment(Metric.tagged(Metrics.toolCalls, "kind", env.options.classifyTool(toolCall).kind)).pipe(
+        Effect.zipRight(env.store.markOperationSent(operationId)),
+        Effect.zipRight(env.gateway.dispatch(turnRefOf(acc.runtime.committed), {
+          operationId,
+          toolCall,
+          modelCallId: acc.runtime.committed.waiting?.callId ?? "",
+          resend: false
+        })),
+        // Done at once (a tool the server keeps): its result goes in after this input.
+        Effect.flatMap((done) =>
+          done === undefined ? Effect.void : actor.mailbox.offer(Envelope.Apply({ input: Input.ToolResult({ message: done }), inputId: `${operationId}:result` }))
+        ),
+        Effect.catchAll((error) => Effect.logError("runner: could not mark an operation sent", error)),
+        Effect.as(acc)
+      ),
+    Final: (outcome) => endTurn(env, actor, acc, outcome),
+    Failed: (outcome) => endTurn(env, actor, acc, outcome),
+    Canceled: (outcome) => endTurn(env, actor, acc, outcome)
+  })
+
+const endTurn = (env: RunnerEnv, actor: Actor, acc: ActorState, outcome: TurnOutcome) =>
+  Effect.gen(function*() {
+    const { gateway, llmStreams } = env
+    yield* FiberMap.remove(llmStreams, actor.conversationId)
+    const turn = turnRefOf(acc.runtime.committed)
+    yield* Metric.increment(Metric.tagged(Metrics.turnsFinished, "outcome", outcome._tag === "Final" ? outcome.reason : outcome._tag.toLowerCase()))
+    if (outcome._tag === "Canceled") yield* gateway.abort(turn)
+    // From the committed answers, once: a turn recovered after a restart counts the calls the previous process made too.
+    yield* gateway.finish(turn, outcome, acc.runtime.committed, turnUsageOf(acc.runtime.committed))
+    return acc
+  })

@@ -1,0 +1,265 @@
+/**
+ * The conversations: `commitInput`, the one way a conversation changes (a compare-and-swap on
+ * its version, in one transaction with its new messages, the input record, the turn it starts
+ * and the calls it plans), loading a conversation back with every row verified, and the
+ * records of applied inputs and of the inputs that started turns.
+ */
+import { Clock, Effect, Either, Option } from "effect"
+import { canonicalJson, emptyMessagesHash, extendMessagesHash, serializeMessage } from "../Llm.js"
+import type { ConversationState, WaitingClient } from "../Loop.js"
+import { storeError } from "./Env.js"
+import type { StoreEnv } from "./Env.js"
+import { checkLlmCall, insertLlmCall, rememberParts, updateLlmCall } from "./LlmCalls.js"
+import { CorruptRow, DuplicateInput, HistoryRewritten, InvalidCommit, StoreError, TURN_STARTS_LIMIT, VersionConflict } from "./Model.js"
+import type { CommitInput, InputCommit, LoadedConversation, TurnStart } from "./Model.js"
+import { insertOperations, settleOperation } from "./Operations.js"
+import {
+  decodeHistory,
+  decodeJson,
+  decodeStateFields,
+  decodeStatus,
+  decodeWaiting,
+  parseJson,
+  prefixUpperBound,
+  resultJson,
+  rowHash,
+  StateFields
+} from "./Rows.js"
+import type { ConversationRow, MessageRow, TurnStartRow } from "./Rows.js"
+
+export const recordedInput = ({ sql }: StoreEnv, conversationId: string, inputId: string) =>
+  Effect.gen(function*() {
+    const rows = yield* sql<{ committed_version: number; result_json: string }>`
+      SELECT committed_version, result_json FROM input_commits
+      WHERE conversation_id = ${conversationId} AND input_id = ${inputId}`
+    const row = rows[0]
+    if (row === undefined) return Option.none<InputCommit>()
+    const result = parseJson(row.result_json)
+    if (Either.isLeft(result)) {
+      return yield* new CorruptRow({ conversationId, table: "input_commits", seq: null, key: inputId, reason: result.left })
+    }
+    return Option.some<InputCommit>({ version: row.committed_version, result: result.right })
+  })
+
+/** Why a compare-and-swap found no row: the input was applied already, or another writer moved on. */
+export const lostRace = (env: StoreEnv, conversationId: string, inputId: string, expectedVersion: number) =>
+  Effect.gen(function*() {
+    const { sql } = env
+    const recorded = yield* recordedInput(env, conversationId, inputId).pipe(
+      Effect.catchTag("CorruptRow", () => Effect.succeed(Option.none<InputCommit>()))
+    )
+    if (Option.isSome(recorded)) {
+      return yield* new DuplicateInput({ conversationId, inputId, ...recorded.value })
+    }
+    const rows = yield* sql<{ version: number }>`SELECT version FROM conversations WHERE conversation_id = ${conversationId}`
+    return yield* new VersionConflict({ conversationId, expectedVersion, actualVersion: rows[0]?.version ?? null })
+  })
+
+export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(function*(input: CommitInput) {
+  const { sql } = env
+  const { conversationId, expectedVersion, inputId, next } = input
+  if (next.conversationId !== conversationId) {
+    return yield* new InvalidCommit({ conversationId, reason: `the next state belongs to ${next.conversationId}` })
+  }
+  if (input.llmCall !== undefined) yield* checkLlmCall(conversationId, next, input.llmCall)
+  for (const operation of input.clientOperations ?? []) {
+    if (operation.conversationId !== conversationId) {
+      return yield* new InvalidCommit({
+        conversationId,
+        reason: `operation ${operation.operationId} belongs to ${operation.conversationId}`
+      })
+    }
+  }
+  const now = yield* Clock.currentTimeMillis
+  const newVersion = expectedVersion + 1
+
+  /** The messages beyond the stored ones, proven to extend the stored chain to `next.messagesHash`. */
+  const appended = (storedCount: number, storedHash: string) => {
+    if (next.messages.length < storedCount) {
+      return Either.left(new HistoryRewritten({
+        conversationId,
+        storedCount,
+        nextCount: next.messages.length,
+        reason: "the next state has fewer messages than are stored"
+      }))
+    }
+    const rows: Array<MessageRow> = []
+    let chain = storedHash
+    for (let seq = storedCount; seq < next.messages.length; seq++) {
+      const json = serializeMessage(next.messages[seq]!)
+      const hash = rowHash(json)
+      chain = extendMessagesHash(chain, hash)
+      rows.push({ seq, message_json: json, hash })
+    }
+    if (chain !== next.messagesHash) {
+      return Either.left(new HistoryRewritten({
+        conversationId,
+        storedCount,
+        nextCount: next.messages.length,
+        reason: "the stored history followed by the new messages does not hash to the next state's messagesHash"
+      }))
+    }
+    return Either.right(rows)
+  }
+
+  // Everything but the columns: the history, its hash, status, turn id and waiting are stored on their own.
+  const {
+    conversationId: _conversationId,
+    messages: _messages,
+    messagesHash: _messagesHash,
+    status: _status,
+    turnId: _turnId,
+    waiting: _waiting,
+    ...fields
+  } = next
+  const stateJson = canonicalJson(fields satisfies typeof StateFields.Type)
+  const waitingJson = next.waiting === null ? null : canonicalJson(next.waiting)
+
+  const transaction = Effect.gen(function*() {
+    let fresh: ReadonlyArray<MessageRow>
+    let storedTurnId = ""
+    if (expectedVersion === 0) {
+      fresh = yield* appended(0, emptyMessagesHash)
+      const created = yield* sql<{ version: number }>`
+        INSERT INTO conversations (conversation_id, version, status, turn_id, message_count, messages_hash,
+          waiting_json, state_json, updated_at_ms)
+        VALUES (${conversationId}, 1, ${next.status}, ${next.turnId}, ${next.messages.length}, ${next.messagesHash},
+          ${waitingJson}, ${stateJson}, ${now})
+        ON CONFLICT (conversation_id) DO NOTHING
+        RETURNING version`
+      if (created.length === 0) return yield* lostRace(env, conversationId, inputId, expectedVersion)
+    } else {
+      // Touching the row first takes the write lock at once and wins (or loses) the version.
+      const won = yield* sql<{ message_count: number; messages_hash: string; turn_id: string }>`
+        UPDATE conversations SET version = version + 1
+        WHERE conversation_id = ${conversationId} AND version = ${expectedVersion}
+        RETURNING message_count, messages_hash, turn_id`
+      const stored = won[0]
+      if (stored === undefined) return yield* lostRace(env, conversationId, inputId, expectedVersion)
+      storedTurnId = stored.turn_id
+      fresh = yield* appended(stored.message_count, stored.messages_hash)
+      yield* sql`
+        UPDATE conversations SET status = ${next.status}, turn_id = ${next.turnId},
+          message_count = ${next.messages.length}, messages_hash = ${next.messagesHash},
+          waiting_json = ${waitingJson}, state_json = ${stateJson}, updated_at_ms = ${now}
+        WHERE conversation_id = ${conversationId}`
+    }
+    for (const row of fresh) {
+      yield* sql`
+        INSERT INTO messages (conversation_id, seq, message_json, hash)
+        VALUES (${conversationId}, ${row.seq}, ${row.message_json}, ${row.hash})`
+    }
+    const recorded = yield* sql<{ input_id: string }>`
+      INSERT INTO input_commits (conversation_id, input_id, committed_version, result_json, committed_at_ms)
+      VALUES (${conversationId}, ${inputId}, ${newVersion}, ${resultJson(input.result)}, ${now})
+      ON CONFLICT (conversation_id, input_id) DO NOTHING
+      RETURNING input_id`
+    if (recorded.length === 0) {
+      // Applied before under another version: fail so the transaction leaves nothing behind.
+      const previous = yield* recordedInput(env, conversationId, inputId)
+      if (Option.isSome(previous)) return yield* new DuplicateInput({ conversationId, inputId, ...previous.value })
+    }
+    if (next.turnId !== "" && next.turnId !== storedTurnId) {
+      yield* sql`
+        INSERT INTO turn_starts (conversation_id, turn_id, input_id, started_version, started_at_ms)
+        VALUES (${conversationId}, ${next.turnId}, ${inputId}, ${newVersion}, ${now})
+        ON CONFLICT (conversation_id, turn_id) DO NOTHING`
+    }
+    const parts = input.llmCall === undefined ? [] : yield* insertLlmCall(env, input.llmCall, now)
+    if (input.clientOperations !== undefined) yield* insertOperations(env, input.clientOperations, now)
+    if (input.llmCallUpdate !== undefined) {
+      const updated = yield* updateLlmCall(env, input.llmCallUpdate, now)
+      if (updated.length === 0) {
+        return yield* new InvalidCommit({ conversationId, reason: `unknown model call ${input.llmCallUpdate.callId}` })
+      }
+    }
+    if (input.operationCompletion !== undefined) {
+      const { operationId, result } = input.operationCompletion
+      const exists = yield* settleOperation(env, operationId, "completed", resultJson(result), now)
+      if (!exists) return yield* new InvalidCommit({ conversationId, reason: `unknown operation ${operationId}` })
+    }
+    return { version: newVersion, parts }
+  })
+
+  const committed = yield* sql.withTransaction(transaction).pipe(
+    Effect.catchTag("CorruptRow", (error) =>
+      Effect.fail(new StoreError({ operation: "commitInput", message: error.message, cause: error }))),
+    Effect.catchTag("SqlError", (error) => Effect.fail(storeError("commitInput")(error)))
+  )
+  yield* rememberParts(env, committed.parts)
+  return committed.version
+})
+
+export const load = ({ sql }: StoreEnv) => Effect.fn("Store.load")(function*(conversationId: string) {
+  const read = Effect.gen(function*() {
+    const rows = yield* sql<ConversationRow>`
+      SELECT version, status, turn_id, message_count, messages_hash, waiting_json, state_json
+      FROM conversations WHERE conversation_id = ${conversationId}`
+    const row = rows[0]
+    if (row === undefined) return Option.none()
+    const messageRows = yield* sql<MessageRow>`
+      SELECT seq, message_json, hash FROM messages WHERE conversation_id = ${conversationId} ORDER BY seq`
+    return Option.some({ row, messageRows })
+  })
+  const found = yield* sql.withTransaction(read).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("load")(e))))
+  if (Option.isNone(found)) return Option.none<LoadedConversation>()
+  const { messageRows, row } = found.value
+  const corrupt = (reason: string) =>
+    new CorruptRow({ conversationId, table: "conversations", seq: null, key: null, reason })
+
+  const history = decodeHistory(conversationId, messageRows, row.message_count)
+  if (Either.isLeft(history)) return yield* history.left
+  if (history.right.chain !== row.messages_hash) {
+    return yield* new CorruptRow({
+      conversationId,
+      table: "messages",
+      seq: null,
+      key: null,
+      reason: "the hash chain over the stored messages does not match messages_hash"
+    })
+  }
+  const status = decodeStatus(row.status)
+  if (Either.isLeft(status)) return yield* corrupt(`unknown status ${row.status}`)
+  const fields = decodeJson(row.state_json, decodeStateFields)
+  if (Either.isLeft(fields)) return yield* corrupt(`state_json: ${fields.left}`)
+  let waiting: WaitingClient | null = null
+  if (row.waiting_json !== null) {
+    const decoded = decodeJson(row.waiting_json, decodeWaiting)
+    if (Either.isLeft(decoded)) return yield* corrupt(`waiting_json: ${decoded.left}`)
+    waiting = decoded.right
+  }
+  const state: ConversationState = {
+    ...fields.right,
+    conversationId,
+    status: status.right,
+    turnId: row.turn_id,
+    messages: history.right.messages,
+    messagesHash: row.messages_hash,
+    waiting
+  }
+  return Option.some<LoadedConversation>({ state, version: row.version })
+})
+
+export const findInputCommit = (env: StoreEnv) => Effect.fn("Store.findInputCommit")(function*(conversationId: string, inputId: string) {
+  return yield* recordedInput(env, conversationId, inputId).pipe(
+    Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findInputCommit")(e)))
+  )
+})
+
+export const findTurnStarts = ({ sql }: StoreEnv) => Effect.fn("Store.findTurnStarts")(function*(inputIdPrefix: string) {
+  // A range on the input_id index (in PostgreSQL it needs the C collation to be a prefix range);
+  // the prefix test after it keeps the answer exact whatever the bound.
+  const upper = prefixUpperBound(inputIdPrefix)
+  const rows = yield* sql<TurnStartRow>`
+    SELECT conversation_id, turn_id, input_id, started_version, started_at_ms FROM turn_starts
+    WHERE input_id >= ${inputIdPrefix}${upper === undefined ? sql`` : sql` AND input_id < ${upper}`}
+    ORDER BY started_at_ms DESC, started_version DESC
+    LIMIT ${TURN_STARTS_LIMIT}`.pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findTurnStarts")(e))))
+  return rows.filter((row) => row.input_id.startsWith(inputIdPrefix)).map((row): TurnStart => ({
+    conversationId: row.conversation_id,
+    turnId: row.turn_id,
+    inputId: row.input_id,
+    version: row.started_version,
+    startedAtMs: row.started_at_ms
+  }))
+})

@@ -1,0 +1,176 @@
+/**
+ * The model calls: each planned with its exact request (system prompt and tool list stored
+ * once as content-addressed request parts, the messages as a prefix of the history), marked as
+ * it streams and settles, and loaded back as the exact request after a restart; and the raw
+ * stream diagnostics kept beside them.
+ */
+import { Clock, Effect, Either, Option, Schema } from "effect"
+import { canonicalJson, messagesHash, requestHash } from "../Llm.js"
+import type { RequestMessages } from "../Llm.js"
+import type { ConversationState } from "../Loop.js"
+import { storeError } from "./Env.js"
+import type { StoreEnv } from "./Env.js"
+import { CorruptRow, InvalidCommit, NotFound, RequestHashMismatch } from "./Model.js"
+import type { LlmCallDetails, LlmCallStatus, LlmCallUpdate, LoadedLlmCall, PlannedLlmCall } from "./Model.js"
+import { decodeHistory, decodeJson, decodeTools, toCallRecord } from "./Rows.js"
+import type { LlmCallRow, MessageRow } from "./Rows.js"
+
+/** Checks a planned call against the state it is committed with, before any write. */
+export const checkLlmCall = (conversationId: string, next: ConversationState, call: PlannedLlmCall) => {
+  const invalid = (reason: string) => Effect.fail(new InvalidCommit({ conversationId, reason }))
+  if (call.conversationId !== conversationId) return invalid(`model call ${call.callId} belongs to ${call.conversationId}`)
+  const count = call.request.messages.length
+  if (count > next.messages.length) {
+    return invalid(`model call ${call.callId} sends ${count} messages; the state holds ${next.messages.length}`)
+  }
+  // The usual case (the call asks about the state being committed) costs nothing; an older prefix is re-hashed.
+  const prefixHash = count === next.messages.length ? next.messagesHash : messagesHash(call.request.messages)
+  if (prefixHash !== call.messagesHash) return invalid(`model call ${call.callId}: messagesHash does not match its messages`)
+  const expected = requestHash(call.model, call.request, call.messagesHash, count)
+  if (expected !== call.requestHash) return invalid(`model call ${call.callId}: requestHash does not match its request`)
+  return Effect.void
+}
+
+export const insertPart = ({ sql }: StoreEnv, hash: string, body: string) =>
+  sql`INSERT INTO request_parts (hash, body) VALUES (${hash}, ${body}) ON CONFLICT (hash) DO NOTHING`
+
+/** Inserts a planned call; the same call id planned again must name the same request. Returns the parts it wrote. */
+export const insertLlmCall = (env: StoreEnv, call: PlannedLlmCall, now: number) =>
+  Effect.gen(function*() {
+    const { partHashes, sql, storedParts } = env
+    const promptHash = partHashes.prompt(call.request.systemPrompt)
+    const listHash = partHashes.tools(call.request.tools)
+    if (!storedParts.has(promptHash)) yield* insertPart(env, promptHash, canonicalJson(call.request.systemPrompt))
+    if (!storedParts.has(listHash)) yield* insertPart(env, listHash, canonicalJson(call.request.tools))
+    const written = [promptHash, listHash]
+    const inserted = yield* sql<{ call_id: string }>`
+      INSERT INTO llm_calls (call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash,
+        message_count, messages_hash, request_hash, status, created_at_ms, updated_at_ms)
+      VALUES (${call.callId}, ${call.conversationId}, ${call.turnId}, ${call.model}, ${promptHash}, ${listHash},
+        ${call.request.messages.length}, ${call.messagesHash}, ${call.requestHash}, 'planned', ${now}, ${now})
+      ON CONFLICT (call_id) DO NOTHING
+      RETURNING call_id`
+    if (inserted.length > 0) return written
+    const existing = yield* sql<{ request_hash: string }>`SELECT request_hash FROM llm_calls WHERE call_id = ${call.callId}`
+    if (existing[0]?.request_hash !== call.requestHash) {
+      return yield* new InvalidCommit({
+        conversationId: call.conversationId,
+        reason: `model call ${call.callId} was saved before with another request`
+      })
+    }
+    return written
+  })
+
+export const rememberParts = ({ storedParts }: StoreEnv, parts: ReadonlyArray<string>) =>
+  Effect.sync(() => {
+    if (storedParts.size >= 4096) storedParts.clear()
+    for (const part of parts) storedParts.add(part)
+  })
+
+export const updateLlmCall = ({ sql }: StoreEnv, update: LlmCallUpdate, now: number) =>
+  sql<{ call_id: string }>`
+    UPDATE llm_calls SET
+      status = ${update.status},
+      assistant_hash = COALESCE(${update.assistantHash ?? null}, assistant_hash),
+      usage_json = COALESCE(${update.usage === undefined ? null : canonicalJson(update.usage)}, usage_json),
+      error = COALESCE(${update.error ?? null}, error),
+      updated_at_ms = ${now}
+    WHERE call_id = ${update.callId}
+    RETURNING call_id`
+
+export const saveLlmCall = (env: StoreEnv) => Effect.fn("Store.saveLlmCall")(function*(call: PlannedLlmCall) {
+  const { sql } = env
+  const invalid = (reason: string) => new InvalidCommit({ conversationId: call.conversationId, reason })
+  const expected = requestHash(call.model, call.request, call.messagesHash, call.request.messages.length)
+  if (expected !== call.requestHash) return yield* invalid(`model call ${call.callId}: requestHash does not match its request`)
+  const now = yield* Clock.currentTimeMillis
+  const transaction = Effect.gen(function*() {
+    const rows = yield* sql<{ message_count: number }>`
+      SELECT message_count FROM conversations WHERE conversation_id = ${call.conversationId}`
+    const stored = rows[0]
+    if (stored === undefined) return yield* invalid(`conversation ${call.conversationId} does not exist`)
+    if (stored.message_count < call.request.messages.length) {
+      return yield* invalid(`model call ${call.callId} sends messages that are not stored`)
+    }
+    return yield* insertLlmCall(env, call, now)
+  })
+  const parts = yield* sql.withTransaction(transaction).pipe(
+    Effect.catchTag("SqlError", (e) => Effect.fail(storeError("saveLlmCall")(e)))
+  )
+  yield* rememberParts(env, parts)
+})
+
+export const markLlmCall = (env: StoreEnv) => Effect.fn("Store.markLlmCall")(
+  function*(callId: string, status: LlmCallStatus, details?: LlmCallDetails) {
+    const now = yield* Clock.currentTimeMillis
+    const updated = yield* updateLlmCall(env, { ...details, callId, status }, now).pipe(
+      Effect.catchTag("SqlError", (e) => Effect.fail(storeError("markLlmCall")(e)))
+    )
+    if (updated.length === 0) return yield* new NotFound({ entity: "llmCall", id: callId })
+  }
+)
+
+export const loadLlmCall = ({ sql }: StoreEnv) => Effect.fn("Store.loadLlmCall")(function*(callId: string) {
+  const read = Effect.gen(function*() {
+    const rows = yield* sql<LlmCallRow>`
+      SELECT call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash, message_count,
+        messages_hash, request_hash, status, assistant_hash, usage_json, error
+      FROM llm_calls WHERE call_id = ${callId}`
+    const row = rows[0]
+    if (row === undefined) return Option.none()
+    const parts = yield* sql<{ hash: string; body: string }>`
+      SELECT hash, body FROM request_parts WHERE hash IN (${row.system_prompt_hash}, ${row.tools_hash})`
+    const messageRows = yield* sql<MessageRow>`
+      SELECT seq, message_json, hash FROM messages
+      WHERE conversation_id = ${row.conversation_id} AND seq < ${row.message_count} ORDER BY seq`
+    return Option.some({ row, parts, messageRows })
+  })
+  const found = yield* sql.withTransaction(read).pipe(
+    Effect.catchTag("SqlError", (e) => Effect.fail(storeError("loadLlmCall")(e)))
+  )
+  if (Option.isNone(found)) return Option.none<LoadedLlmCall>()
+  const { messageRows, parts, row } = found.value
+  const corrupt = (key: string, reason: string) =>
+    new CorruptRow({ conversationId: row.conversation_id, table: "request_parts", seq: null, key, reason })
+
+  const record = toCallRecord(row)
+  if (Either.isLeft(record)) return yield* record.left
+  const promptBody = parts.find((part) => part.hash === row.system_prompt_hash)?.body
+  const toolsBody = parts.find((part) => part.hash === row.tools_hash)?.body
+  if (promptBody === undefined) return yield* corrupt(row.system_prompt_hash, "the system prompt is missing")
+  if (toolsBody === undefined) return yield* corrupt(row.tools_hash, "the tool list is missing")
+  const systemPrompt = decodeJson(promptBody, Schema.decodeUnknownEither(Schema.String))
+  if (Either.isLeft(systemPrompt)) return yield* corrupt(row.system_prompt_hash, systemPrompt.left)
+  const tools = decodeJson(toolsBody, decodeTools)
+  if (Either.isLeft(tools)) return yield* corrupt(row.tools_hash, tools.left)
+  const history = decodeHistory(row.conversation_id, messageRows, row.message_count)
+  if (Either.isLeft(history)) return yield* history.left
+
+  const request: RequestMessages = {
+    systemPrompt: systemPrompt.right,
+    messages: history.right.messages,
+    tools: tools.right
+  }
+  // Recomputed from the rebuilt request, not from stored hashes: this is the proof it is the exact request.
+  const actual = requestHash(row.model, request, history.right.chain, request.messages.length)
+  if (actual !== row.request_hash) {
+    return yield* new RequestHashMismatch({
+      callId,
+      conversationId: row.conversation_id,
+      expected: row.request_hash,
+      actual
+    })
+  }
+  return Option.some<LoadedLlmCall>({ ...record.right, request })
+})
+
+export const appendDiagnostic = ({ sql }: StoreEnv) => Effect.fn("Store.appendDiagnostic")(
+  function*(callId: string, eventIndex: number, event: unknown) {
+    yield* sql`
+      INSERT INTO stream_diagnostics (call_id, event_index, event_json)
+      VALUES (${callId}, ${eventIndex}, ${canonicalJson(event)})
+      ON CONFLICT (call_id, event_index) DO NOTHING`.pipe(
+      Effect.catchTag("SqlError", (e) => Effect.fail(storeError("appendDiagnostic")(e)))
+    )
+  }
+)

@@ -1,0 +1,52 @@
+/**
+ * What kind of tool a model tool name is: Cursor's native tools by name, MCP tools by their
+ * provider-qualified name; which kinds are safe to run twice; and the Cursor modes.
+ */
+import { Schema } from "effect"
+import { TurnMcpTool, TurnMode } from "../Loop.js"
+
+/** The Cursor modes that change what the model may do (the turn settings' `mode`). */
+export const CursorMode = TurnMode
+export type CursorMode = TurnMode
+
+export const ToolKind = Schema.Literal("shell", "read", "write", "edit", "grep", "glob", "ls", "delete", "mcp", "todoWrite")
+export type ToolKind = typeof ToolKind.Type
+
+/**
+ * Read-only kinds may be re-run after a crash without asking; the others changed the
+ * workspace (or an MCP server) and must not be repeated blindly.
+ */
+export const isIdempotent = (kind: ToolKind): boolean =>
+  kind === "read" || kind === "grep" || kind === "glob" || kind === "ls" || kind === "todoWrite"
+
+/**
+ * An MCP tool as the run request described it (`name` is what Cursor wants back in
+ * `McpArgs.name`): plain JSON, the turn settings' `mcpTools`.
+ */
+export const McpToolDescriptor = TurnMcpTool
+export type McpToolDescriptor = TurnMcpTool
+
+/** The name the model sees for an MCP tool: provider-qualified, restricted to what every provider accepts. */
+export const mcpModelName = (tool: McpToolDescriptor): string => {
+  const raw = `mcp_${tool.providerIdentifier}_${tool.toolName || tool.name}`
+  return raw.replace(/[^A-Za-z0-9_-]/g, "_").slice(0, 64)
+}
+
+export const findMcp = (name: string, mcpTools: ReadonlyArray<McpToolDescriptor>): McpToolDescriptor | undefined =>
+  mcpTools.find((tool) => mcpModelName(tool) === name)
+
+const BUILTIN: Record<string, ToolKind> = {
+  Shell: "shell",
+  Read: "read",
+  Write: "write",
+  StrReplace: "edit",
+  Delete: "delete",
+  Grep: "grep",
+  Glob: "glob",
+  Ls: "ls",
+  TodoWrite: "todoWrite"
+}
+
+/** The kind of a model tool name, or undefined for a name we never offered. */
+export const kindOf = (name: string, mcpTools: ReadonlyArray<McpToolDescriptor>): ToolKind | undefined =>
+  BUILTIN[name] ?? (findMcp(name, mcpTools) !== undefined ? "mcp" : undefined)

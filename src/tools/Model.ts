@@ -1,0 +1,87 @@
+/**
+ * The data of one tool call's state machine: the exec it asks the client to run and the
+ * replies it takes, where the call stands (`ToolRun`, plain data the runner keeps beside the
+ * operation), the next step, and the outcome in its two views (text for the model, Cursor's
+ * typed `ToolCall` for the UI).
+ */
+import { Data } from "effect"
+import type {
+  ExecClientMessage,
+  ExecServerMessage,
+  TodoItem,
+  ToolCall as CursorToolCall,
+  ToolCallDelta
+} from "../gen/agent/v1/agent_pb.js"
+import type { ToolCall, ToolResultMessage } from "../Llm.js"
+import type { GrepInput } from "./Arguments.js"
+import type { McpToolDescriptor } from "./Kinds.js"
+
+export type { CursorToolCall }
+
+/** An exec the client is asked to run: the `ExecServerMessage` oneof, without id and exec_id. */
+export type ExecRequest = Exclude<ExecServerMessage["message"], { case: undefined }>
+/** One exec answer from the client: the `ExecClientMessage` oneof (a shell stream arrives as several). */
+export type ExecReply = Exclude<ExecClientMessage["message"], { case: undefined }>
+
+/** What a server-side tool needs to know besides its arguments. */
+export interface ToolContext {
+  readonly mcpTools: ReadonlyArray<McpToolDescriptor>
+  /** The conversation's todo list as TodoWrite last left it. */
+  readonly todos: ReadonlyArray<TodoItem>
+}
+
+export interface ToolOutcome {
+  /** What the model reads. */
+  readonly message: ToolResultMessage
+  /** What the Cursor UI shows in `tool_call_completed`: the typed args and result. */
+  readonly cursor: CursorToolCall
+  /** Set by TodoWrite: the conversation's new todo list, for the runner to keep. */
+  readonly todos?: ReadonlyArray<TodoItem>
+}
+
+export interface ShellOutput {
+  readonly stdout: string
+  readonly stderr: string
+  readonly interleaved: string
+}
+
+/** Where a running tool call stands: plain data, so the runner can keep it beside the operation. */
+export type ToolRun = Data.TaggedEnum<{
+  Shell: { readonly call: ToolCall; readonly command: string; readonly workingDirectory: string; readonly description: string; readonly output: ShellOutput }
+  Read: { readonly call: ToolCall; readonly path: string; readonly offset: number | undefined; readonly limit: number | undefined }
+  /** Write and StrReplace: read the current content, apply on the server, write it back. */
+  Edit: {
+    readonly call: ToolCall
+    readonly path: string
+    readonly change: { readonly kind: "write"; readonly contents: string } | { readonly kind: "replace"; readonly oldString: string; readonly newString: string; readonly replaceAll: boolean }
+    readonly phase: "reading" | "writing"
+    /** The file before the change; undefined when it did not exist. */
+    readonly before: string | undefined
+    readonly after: string
+  }
+  Delete: { readonly call: ToolCall; readonly path: string }
+  Grep: { readonly call: ToolCall; readonly input: GrepInput }
+  Glob: { readonly call: ToolCall; readonly pattern: string; readonly directory: string }
+  Ls: { readonly call: ToolCall; readonly path: string; readonly ignore: ReadonlyArray<string> }
+  Mcp: { readonly call: ToolCall; readonly tool: McpToolDescriptor; readonly args: Record<string, unknown> }
+}>
+export const ToolRun = Data.taggedEnum<ToolRun>()
+
+export type ToolStep = Data.TaggedEnum<{
+  /** Send this exec to the client and feed its replies to `onExecReply` with `run`. */
+  Exec: { readonly run: ToolRun; readonly exec: ExecRequest }
+  /** A streamed chunk was taken in: show `delta` (if any) as `tool_call_delta`, keep waiting on the same exec. */
+  Continue: { readonly run: ToolRun; readonly delta: ToolCallDelta | undefined }
+  /** The tool call is finished. */
+  Done: { readonly outcome: ToolOutcome }
+}>
+export const ToolStep = Data.taggedEnum<ToolStep>()
+
+export interface ToolStart {
+  /** The typed call with its arguments, for `tool_call_started`. */
+  readonly started: CursorToolCall
+  readonly step: ToolStep
+}
+
+export type ToolRunOf<Tag extends ToolRun["_tag"]> = Extract<ToolRun, { readonly _tag: Tag }>
+export type EditChange = ToolRunOf<"Edit">["change"]
