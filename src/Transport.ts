@@ -17,7 +17,7 @@ import type { ClientMessage } from "./Dialect.js"
 import { BidiAppendRequestSchema, BidiAppendResponseSchema } from "./gen/aiserver/v1/aiserver_pb.js"
 import { ClientGateway, Runner } from "./Runner.js"
 import { awaitSettled, dropHeld } from "./transport/Acks.js"
-import { accept } from "./transport/ClientInput.js"
+import { accept, makeInputEnv } from "./transport/ClientInput.js"
 import type { InputEnv } from "./transport/ClientInput.js"
 import { ConnectError, decodeUnaryBody, endStreamFrame, httpStatusOf, parseEnvelopes } from "./transport/Connect.js"
 import type { TransportOptions } from "./transport/Options.js"
@@ -60,7 +60,7 @@ export class Transport extends Context.Tag("cursor-byok/Transport")<Transport, T
 export const make = Effect.gen(function*() {
   const sessions = yield* Sessions.Sessions
   const runner = yield* Runner
-  const env: InputEnv = { ...sessions.env, runner, sessions }
+  const env: InputEnv = makeInputEnv(sessions.env, runner, sessions)
   const { options } = env
   const background = yield* FiberSet.make()
 

@@ -1,10 +1,11 @@
 /**
  * The loop's inputs from the client's messages: the start of a run request's turn, a follow-up
- * message, a cancel; and the run request a prewarmed request stands for.
+ * message, a cancel, a tool call's result; and the run request a prewarmed request stands for.
  */
 import { create } from "@bufbuild/protobuf"
 import { AgentRunRequestSchema } from "../gen/agent/v1/agent_pb.js"
 import type { PrewarmRequest, UserMessage as CursorUserMessage } from "../gen/agent/v1/agent_pb.js"
+import type { ToolResultMessage } from "../Llm.js"
 import { Input } from "../Loop.js"
 import type { ClientMessage, RunAction, RunRequest } from "./ClientMessage.js"
 import { decodeRunRequest } from "./RunRequest.js"
@@ -20,6 +21,9 @@ export const startInputOf = (action: Extract<RunAction, { _tag: "StartTurn" }>, 
 export const followUpInputOf = (message: Extract<ClientMessage, { _tag: "UserMessage" }>): Input => Input.UserMessage({ message: message.message })
 
 export const cancelInputOf = (message: Extract<ClientMessage, { _tag: "Cancel" }>): Input => Input.Cancel({ reason: message.reason })
+
+/** A tool call's final result, from its machine (`Tools.ts`), for the model. */
+export const toolResultInputOf = (message: ToolResultMessage): Input => Input.ToolResult({ message })
 
 /**
  * The run request a prewarmed request stands for once its user message arrives: the prewarm's

@@ -12,7 +12,7 @@ import type { Context } from "effect"
 import * as Dialect from "../Dialect.js"
 import type { ClientMessage, RunRequest } from "../Dialect.js"
 import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
-import { Input } from "../Loop.js"
+import type { Input } from "../Loop.js"
 import type { Runner } from "../Runner.js"
 import * as Tools from "../Tools.js"
 import { dropHeld, settle } from "./Acks.js"
@@ -27,10 +27,17 @@ import { onExecReply } from "./ToolOps.js"
 import type { ToolDone } from "./ToolOps.js"
 import { endSession } from "./TurnEnd.js"
 
-/** What handing on a client message needs beyond the session: the runner and the registry. */
+/** What handing on a client message needs beyond the session: the runner, the registry, and `handOn` (for `Recovery.ts`). */
 export interface InputEnv extends SessionEnv {
   readonly runner: Context.Tag.Service<Runner>
   readonly sessions: SessionsService
+  readonly handOn: (session: Session, ready: ReadonlyArray<Taken>) => Effect.Effect<void>
+}
+
+/** The env of the client's messages; `handOn` is this module's, bound to it. */
+export const makeInputEnv = (base: SessionEnv, runner: Context.Tag.Service<Runner>, sessions: SessionsService): InputEnv => {
+  const env: InputEnv = { ...base, runner, sessions, handOn: (session, ready) => handOn(env, session, ready) }
+  return env
 }
 
 /** Hands on appends the inbox released, in order; each settles on its own (`Acks.settle`). */
@@ -53,7 +60,7 @@ export const submitDurably = (env: InputEnv, durable: Array<Effect.Effect<void>>
   })
 
 const submitToolDone = (env: InputEnv, durable: Array<Effect.Effect<void>>) => (done: ToolDone | undefined) =>
-  done === undefined ? Effect.void : submitDurably(env, durable, done.conversationId, Input.ToolResult({ message: done.message }), done.inputId)
+  done === undefined ? Effect.void : submitDurably(env, durable, done.conversationId, Dialect.toolResultInputOf(done.message), done.inputId)
 
 const handle = (env: InputEnv, request: Session, seqno: number, message: ClientMessage, durable: Array<Effect.Effect<void>>): Effect.Effect<void> => {
   const inputId = inputIdOf(request, seqno)

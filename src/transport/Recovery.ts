@@ -37,7 +37,6 @@ import type { RunRequest } from "../Dialect.js"
 import type { StartedTurn } from "../Runner.js"
 import { dropHeld } from "./Acks.js"
 import { adopt, emptyInbox, skipGap } from "./AppendInbox.js"
-import { handOn } from "./ClientInput.js"
 import type { InputEnv } from "./ClientInput.js"
 import { ConnectError } from "./Connect.js"
 import { conversationOf, inputIdOf, isReplay, isUnresolved, Lifecycle, parseInputId, requestIdOf } from "./Session.js"
@@ -110,7 +109,7 @@ export const onResentRunRequest = (env: InputEnv, session: Session, seqno: numbe
       if (session.inbox.next === 0 && session.inbox.recovered === undefined) {
         const adopted = adopt(session.inbox, seqno, env.options.appendWindow)
         session.inbox = adopted.inbox
-        yield* handOn(env, session, adopted.ready)
+        yield* env.handOn(session, adopted.ready)
       }
       return false
     }
@@ -147,7 +146,7 @@ export const adoptHeld = (env: InputEnv, session: Session) =>
     if (session.run !== undefined || inbox.next !== 0 || inbox.recovered !== undefined || inbox.held.size === 0) return
     const adopted = adopt(inbox, Math.min(...inbox.held.keys()), env.options.appendWindow)
     session.inbox = adopted.inbox
-    yield* handOn(env, session, adopted.ready)
+    yield* env.handOn(session, adopted.ready)
     yield* watchGaps(env, session)
   }))
 
@@ -203,7 +202,7 @@ const passGap = (env: InputEnv, session: Session) =>
     )
     const passed = skipGap(inbox)
     session.inbox = passed.inbox
-    yield* handOn(env, session, passed.ready)
+    yield* env.handOn(session, passed.ready)
     return 0
   })
 
