@@ -1,28 +1,38 @@
 /**
- * Added latency per delta (DESIGN.md §9: p99 ≤ 1 ms with one stream, ≤ 5 ms with 200).
+ * Added latency per delta (DESIGN.md §9: p99 ≤ 1 ms with one stream, ≤ 5 ms with 200), on both
+ * of Cursor's wires: RunSSE + BidiAppend (HTTP/1.1) and the HTTP/2 bidi `Run` (h2c).
  *
  * Layout: the server under test runs alone in a child process (`support/serve.ts`:
- * `Server.layer` with its SQLite store and undici client); the stamped fake provider and all
- * the clients run in this process, so the provider's send stamp and the client's arrival stamp
- * come from the same clock (`performance.now()`), and the clients' work does not steal the
- * server's event loop. The floor is a bare `node:http` pass-through relay (`support/relay.ts`)
- * in its own child process, in the same layout, measured in the same run.
+ * `Server.layer` with its SQLite store and undici client, HTTP/1.1 and h2c listeners on
+ * ephemeral ports); the stamped fake provider and all the clients run in this process, so the
+ * provider's send stamp and the client's arrival stamp come from the same clock
+ * (`performance.now()`), and the clients' work does not steal the server's event loop. The
+ * floor is a bare `node:http` pass-through relay (`support/relay.ts`) in its own child process,
+ * in the same layout, measured in the same run.
  *
  * Each stream is one turn of `deltas` text deltas spaced like a model (uniformly 5–20 ms
  * apart); streams of a level start staggered over 100 ms. What is timed: for every text
- * delta, its arrival at the client (the frame's last byte read) minus its `write` at the fake
- * provider. Both paths include the same two loopback hops and this process's own delays; the
- * server's added latency is the server figure minus the relay figure of the same run. Each
- * run measures relay and server back to back at each level (alternating which goes first);
- * the table gives medians over runs with the min–max spread.
+ * delta, its arrival at the client (the read that completed its frame) minus its `write` at
+ * the fake provider. The RunSSE client is the reference `CursorClient` (`support/streams.ts`),
+ * the Run client a `node:http2` one (`support/run.ts`); both decode every frame and acknowledge
+ * the checkpoint's blobs. Run turns each open their own HTTP/2 session, as each RunSSE turn has
+ * its own `CursorClient` and connections (`runSessions: "shared"`, or `shared` on the command
+ * line, puts a level's streams on one session, as one Cursor process does). All paths include
+ * the same two loopback hops and this process's own delays; a wire's added latency is its
+ * figure minus the relay's of the same run. Each run measures relay, RunSSE and Run back to
+ * back at each level (rotating which goes first); the table gives medians over runs with the
+ * min–max spread, and the share of deltas that reached the client in a socket read together
+ * with another delta (batched frames, or frames joined by the server).
  *
- *   node_modules/.bin/tsx bench/latency.ts [runs]
+ *   node_modules/.bin/tsx bench/latency.ts [runs] [shared]
  */
 import * as http from "node:http"
 import { performance } from "node:perf_hooks"
 import { pathToFileURL } from "node:url"
 import { startRelay, startServer } from "./support/child.js"
 import * as Provider from "./support/provider.js"
+import { openRunSession, runStream } from "./support/run.js"
+import type { RunSession } from "./support/run.js"
 import { loadAverage, median, percentile, spread, verdict } from "./support/stats.js"
 import { concurrently, relayStream, serverStream } from "./support/streams.js"
 import type { StreamResult } from "./support/streams.js"
@@ -30,7 +40,7 @@ import type { StreamResult } from "./support/streams.js"
 export interface Level {
   readonly streams: number
   readonly deltas: number
-  /** Budget on the added p99 (server − relay), ms; undefined when §9 sets none. */
+  /** Budget on the added p99 (wire − relay), ms; undefined when §9 sets none. */
   readonly budgetP99Ms: number | undefined
 }
 
@@ -45,12 +55,21 @@ export interface LatencyOptions {
   readonly levels?: ReadonlyArray<Level>
   readonly minMs?: number
   readonly maxMs?: number
+  /** Run wire: one HTTP/2 session per turn (default, as each RunSSE turn has its own client), or one per level's round. */
+  readonly runSessions?: "perTurn" | "shared"
 }
+
+/** The measured paths: the relay floor, then the server on each wire. */
+export type Path = "relay" | "sse" | "run"
+const PATHS: ReadonlyArray<Path> = ["relay", "sse", "run"]
+const LABEL: Record<Path, string> = { relay: "relay (floor)", sse: "RunSSE + BidiAppend", run: "Run (HTTP/2)" }
 
 interface Round {
   readonly p50: number
   readonly p99: number
   readonly samples: number
+  /** Share of the deltas that arrived in a read together with another delta. */
+  readonly batched: number
   readonly problems: ReadonlyArray<string>
   /** CPU the measured child used during the round, as a share of one core. */
   readonly childCpu: number
@@ -58,11 +77,16 @@ interface Round {
 
 const summarize = (results: ReadonlyArray<StreamResult>, cpu: number): Round => {
   const all: Array<number> = []
-  for (const result of results) for (const latency of result.latencies) all.push(latency)
+  let batched = 0
+  for (const result of results) {
+    for (const latency of result.latencies) all.push(latency)
+    batched += result.batched
+  }
   return {
     p50: percentile(all, 50),
     p99: percentile(all, 99),
     samples: all.length,
+    batched: all.length === 0 ? Number.NaN : batched / all.length,
     problems: results.flatMap((r) => r.problems),
     childCpu: cpu
   }
@@ -73,33 +97,45 @@ export const run = async (options: LatencyOptions = {}) => {
   const levels = options.levels ?? defaultLevels
   const minMs = options.minMs ?? 5
   const maxMs = options.maxMs ?? 20
+  const runSessions = options.runSessions ?? "perTurn"
   const loadBefore = loadAverage()
   const provider = await Provider.start()
   const server = await startServer(provider.baseUrl)
   const relay = await startRelay(provider.baseUrl)
   const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity })
   let sequence = 0
-  const measure = async (path: "relay" | "server", level: Level): Promise<Round> => {
+  const measure = async (path: Path, level: Level): Promise<Round> => {
     const child = path === "relay" ? relay : server
+    const shared: RunSession | undefined = path === "run" && runSessions === "shared" ? await openRunSession(server.h2cUrl) : undefined
     const cpuStart = child.cpuSeconds()
     const started = performance.now()
     const results = await concurrently(level.streams, 100, () => {
       const spec = { id: `${path}${sequence++}`, deltas: level.deltas, minMs, maxMs }
-      return path === "relay" ? relayStream(relay.baseUrl, provider, spec, agent) : serverStream(server.baseUrl, provider, spec)
+      switch (path) {
+        case "relay":
+          return relayStream(relay.baseUrl, provider, spec, agent)
+        case "sse":
+          return serverStream(server.baseUrl, provider, spec)
+        case "run":
+          return runStream(server.h2cUrl, provider, spec, shared !== undefined ? { session: shared } : {})
+      }
     })
     const wall = (performance.now() - started) / 1000
+    const cpu = (child.cpuSeconds() - cpuStart) / wall
+    await shared?.close()
     provider.reset()
-    return summarize(results, (child.cpuSeconds() - cpuStart) / wall)
+    return summarize(results, cpu)
   }
-  const rounds = new Map<number, { relay: Array<Round>; server: Array<Round> }>()
+  const rounds = new Map<number, Record<Path, Array<Round>>>()
   try {
     // Warm-up (JIT, SQLite, connection pools), not recorded.
-    for (const path of ["relay", "server"] as const) await measure(path, { streams: 50, deltas: 40, budgetP99Ms: undefined })
+    for (const path of PATHS) await measure(path, { streams: 50, deltas: 40, budgetP99Ms: undefined })
     for (let r = 0; r < runs; r++) {
       for (const level of levels) {
-        const entry = rounds.get(level.streams) ?? { relay: [], server: [] }
+        const entry = rounds.get(level.streams) ?? { relay: [], sse: [], run: [] }
         rounds.set(level.streams, entry)
-        const order = r % 2 === 0 ? (["relay", "server"] as const) : (["server", "relay"] as const)
+        // Rotated from run to run, so no path always goes first (or last) at a level.
+        const order = PATHS.map((_, i) => PATHS[(i + r) % PATHS.length]!)
         for (const path of order) entry[path].push(await measure(path, level))
       }
     }
@@ -110,33 +146,38 @@ export const run = async (options: LatencyOptions = {}) => {
     await provider.close()
   }
   const loadAfter = loadAverage()
-  const rows = levels.map((level) => {
-    const { relay: relayRounds, server: serverRounds } = rounds.get(level.streams)!
-    const addedP50 = serverRounds.map((s, i) => s.p50 - relayRounds[i]!.p50)
-    const addedP99 = serverRounds.map((s, i) => s.p99 - relayRounds[i]!.p99)
-    const problems = [...relayRounds, ...serverRounds].flatMap((round) => round.problems)
-    const met = level.budgetP99Ms === undefined ? undefined : median(addedP99) <= level.budgetP99Ms
-    return { level, relayRounds, serverRounds, addedP50, addedP99, problems, met }
+  const rows = levels.flatMap((level) => {
+    const entry = rounds.get(level.streams)!
+    const relayRounds = entry.relay
+    return PATHS.map((path) => {
+      const own = entry[path]
+      const addedP50 = path === "relay" ? [] : own.map((s, i) => s.p50 - relayRounds[i]!.p50)
+      const addedP99 = path === "relay" ? [] : own.map((s, i) => s.p99 - relayRounds[i]!.p99)
+      const met = path === "relay" || level.budgetP99Ms === undefined ? undefined : median(addedP99) <= level.budgetP99Ms
+      return { level, path, rounds: own, addedP50, addedP99, problems: own.flatMap((round) => round.problems), met }
+    })
   })
+  const percent = (values: ReadonlyArray<number>) => `${Math.round(median(values) * 100)}%`
   const markdown = [
-    `Latency per text delta, provider write → client read, ms; ${runs} runs, median (min–max) over runs; deltas ${minMs}–${maxMs} ms apart.`,
+    `Latency per text delta, provider write → client read, ms; ${runs} runs, median (min–max) over runs; deltas ${minMs}–${maxMs} ms apart; Run turns on ${runSessions === "shared" ? "one HTTP/2 session per level's round" : "one HTTP/2 session each"}.`,
     `Server and relay each in a child process; provider and clients in the bench process. Load average before: ${loadBefore}, after: ${loadAfter}.`,
     "",
-    "| streams | deltas/run | relay p50 | relay p99 | server p50 | server p99 | added p50 | added p99 | budget (added p99) | verdict | server CPU |",
-    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    "| streams | path | deltas/run | p50 | p99 | added p50 | added p99 | budget (added p99) | verdict | deltas sharing a read | child CPU |",
+    "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ...rows.map((row) =>
-      `| ${row.level.streams} | ${row.serverRounds[0]?.samples ?? 0} | ${spread(row.relayRounds.map((x) => x.p50))} | ${spread(row.relayRounds.map((x) => x.p99))} | ${spread(row.serverRounds.map((x) => x.p50))} | ${spread(row.serverRounds.map((x) => x.p99))} | ${spread(row.addedP50)} | ${spread(row.addedP99)} | ${row.level.budgetP99Ms === undefined ? "none" : `≤ ${row.level.budgetP99Ms}`} | ${row.met === undefined ? "—" : verdict(row.met)} | ${Math.round(median(row.serverRounds.map((x) => x.childCpu)) * 100)}% |`
+      `| ${row.level.streams} | ${LABEL[row.path]} | ${row.rounds[0]?.samples ?? 0} | ${spread(row.rounds.map((x) => x.p50))} | ${spread(row.rounds.map((x) => x.p99))} | ${row.path === "relay" ? "" : spread(row.addedP50)} | ${row.path === "relay" ? "" : spread(row.addedP99)} | ${row.path === "relay" ? "" : row.level.budgetP99Ms === undefined ? "none" : `≤ ${row.level.budgetP99Ms}`} | ${row.met === undefined ? "—" : verdict(row.met)} | ${percent(row.rounds.map((x) => x.batched))} | ${Math.round(median(row.rounds.map((x) => x.childCpu)) * 100)}% |`
     ),
     ...rows.filter((row) => row.problems.length > 0).map((row) =>
-      `\n${row.level.streams} streams: ${row.problems.length} problems, e.g. ${row.problems.slice(0, 3).join("; ")}`
+      `\n${row.level.streams} streams, ${LABEL[row.path]}: ${row.problems.length} problems, e.g. ${row.problems.slice(0, 3).join("; ")}`
     )
   ].join("\n")
   return { rows, markdown }
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const runs = process.argv[2] !== undefined ? Number(process.argv[2]) : undefined
-  run(runs !== undefined ? { runs } : {}).then(({ markdown }) => console.log(markdown)).catch((error) => {
+  const runs = process.argv[2] !== undefined && process.argv[2] !== "shared" ? Number(process.argv[2]) : undefined
+  const shared = process.argv.slice(2).includes("shared")
+  run({ ...(runs !== undefined ? { runs } : {}), ...(shared ? { runSessions: "shared" as const } : {}) }).then(({ markdown }) => console.log(markdown)).catch((error) => {
     console.error(error)
     process.exitCode = 1
   })

@@ -17,6 +17,10 @@ export interface Child {
   readonly pid: number
   readonly port: number
   readonly baseUrl: string
+  /** The h2c port of `agent.v1.AgentService/Run` (the server only; undefined for the relay). */
+  readonly h2cPort: number | undefined
+  /** `http://127.0.0.1:<h2c port>` (empty when there is none). */
+  readonly h2cUrl: string
   /** Last lines the child printed (logs), for diagnostics. */
   readonly output: () => string
   /** Full GC in the child (when it has `--expose-gc`); resolves with its `process.memoryUsage()`. */
@@ -95,17 +99,20 @@ const launch = (script: string, options: ChildOptions): Promise<Child> =>
     child.stderr!.setEncoding("utf8").on("data", keep)
     child.stdout!.setEncoding("utf8").on("data", (text: string) => {
       keep(text)
-      const match = /READY (\d+) (\d+)/.exec(text)
+      const match = /READY (\d+) (\d+)(?: (\d+))?/.exec(text)
       if (match === null || ready) return
       ready = true
       clearTimeout(timer)
       const port = Number(match[1])
       const pid = Number(match[2])
+      const h2cPort = match[3] !== undefined ? Number(match[3]) : undefined
       const exited = new Promise<void>((done) => child.once("exit", () => done()))
       resolve({
         pid,
         port,
         baseUrl: `http://127.0.0.1:${port}`,
+        h2cPort,
+        h2cUrl: h2cPort !== undefined ? `http://127.0.0.1:${h2cPort}` : "",
         output: () => lines.join("\n"),
         gc: () => ask({ op: "gc" }).then((answer) => answer["memory"] as NodeJS.MemoryUsage),
         profileStart: (intervalUs = 200) => ask({ op: "profile-start", intervalUs }).then(() => undefined),

@@ -1,7 +1,10 @@
 /**
  * The real server in a child process for the benchmarks: `Server.layer(config)` (SQLite store,
- * undici HTTP client, Node HTTP server) built from the `FileConfig` JSON in `BENCH_CONFIG`, on
- * an ephemeral loopback port. Prints `READY <port> <pid>` once listening. Debug hook: see ipc.ts.
+ * undici HTTP client, Node HTTP server, the HTTP/2 `Run` listener) built from the `FileConfig`
+ * JSON in `BENCH_CONFIG`, on ephemeral loopback ports: the HTTP/1.1 port and the h2c port of
+ * `agent.v1.AgentService/Run` are both 0 (never the default 8789, so a bench server does not
+ * collide with a server running on this machine, or with another bench), TLS off. Prints
+ * `READY <port> <pid> <h2c port>` once listening. Debug hook: see ipc.ts.
  *
  *   node --expose-gc --import tsx bench/support/serve.ts
  */
@@ -10,17 +13,21 @@ import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Schema } from "effect"
 import * as Config from "../../src/Config.js"
 import * as Server from "../../src/Server.js"
+import * as Run from "../../src/transport/Run.js"
 import { installDebugHook } from "./ipc.js"
 
 installDebugHook()
 const file = Schema.decodeUnknownSync(Config.FileConfig)(JSON.parse(process.env["BENCH_CONFIG"] ?? "{}"))
-const config = { ...Config.resolve(file, {}), host: "127.0.0.1", port: 0 }
+const resolved = Config.resolve(file, {})
+const config = { ...resolved, host: "127.0.0.1", port: 0, http2: { ...resolved.http2, cleartextPort: 0, tls: undefined } }
 
 const program = Effect.gen(function*() {
   const server = yield* HttpServer.HttpServer
   const address = server.address
   if (address._tag !== "TcpAddress") return yield* Effect.dieMessage("not on TCP")
-  process.stdout.write(`READY ${address.port} ${process.pid}\n`)
+  const { cleartextPort } = yield* Run.Http2Endpoints
+  if (cleartextPort === undefined) return yield* Effect.dieMessage("the h2c listener of Run is off")
+  process.stdout.write(`READY ${address.port} ${process.pid} ${cleartextPort}\n`)
   return yield* Effect.never
 }).pipe(Effect.provide(Server.layer(config)))
 
