@@ -156,6 +156,8 @@ export const start = async (options: ChildServerOptions = {}): Promise<ChildServ
     const deadline = Date.now() + (options.startTimeoutMs ?? 30_000)
     while (Date.now() < deadline) {
       if (!alive) {
+        // It listened and was stopped since (a test that ended meanwhile): not a failed start.
+        if (listening) return
         const exited = await exit
         throw new Error(`the server exited before it listened (code ${exited.code}, signal ${exited.signal})\nstdout:\n${out}\nstderr:\n${err}`)
       }
