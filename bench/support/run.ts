@@ -24,11 +24,11 @@ import { Either } from "effect"
 import { randomUUID } from "node:crypto"
 import * as http2 from "node:http2"
 import { performance } from "node:perf_hooks"
-import { gunzipSync } from "node:zlib"
 import * as Dialect from "../../src/Dialect.js"
 import { AgentClientMessageSchema, AgentServerMessageSchema } from "../../src/gen/agent/v1/agent_pb.js"
 import type { AgentServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
-import { cancelAction, clientHeartbeat, envelope, FLAG_COMPRESSED, FLAG_END_STREAM, runRequestMessage } from "../../test/support/CursorClient.js"
+import { ConnectError, splitEnvelopes } from "../../src/transport/Connect.js"
+import { cancelAction, clientHeartbeat, envelope, FLAG_END_STREAM, runRequestMessage } from "../../test/support/CursorClient.js"
 import type { AgentClientMessageInit, AppendRecord } from "../../test/support/CursorClient.js"
 import { marker, stampsIn } from "./provider.js"
 import type { StampedProvider } from "./provider.js"
@@ -189,7 +189,7 @@ const turnOn = (session: http2.ClientHttp2Session, provider: StampedProvider, sp
       }
     }
 
-    let buffer: Buffer = Buffer.alloc(0)
+    let buffer: Uint8Array = new Uint8Array(0)
     stream.on("response", (headers) => {
       const status = Number(headers[":status"])
       if (status !== 200) problems.push(`Run answered HTTP ${status} (${String(headers["content-type"])})`)
@@ -197,19 +197,19 @@ const turnOn = (session: http2.ClientHttp2Session, provider: StampedProvider, sp
     stream.on("data", (chunk: Buffer) => {
       if (end !== undefined) return
       const at = performance.now()
-      buffer = buffer.length === 0 ? chunk : Buffer.concat([buffer, chunk])
-      while (buffer.length >= 5 && end === undefined) {
-        const length = buffer.readUInt32BE(1)
-        if (buffer.length < 5 + length) break
-        const flags = buffer[0]!
-        let payload = new Uint8Array(buffer.subarray(5, 5 + length))
-        buffer = buffer.subarray(5 + length)
-        if ((flags & FLAG_COMPRESSED) !== 0) payload = new Uint8Array(gunzipSync(payload))
+      const split = splitEnvelopes(buffer.length === 0 ? chunk : Buffer.concat([buffer, chunk]), Number.MAX_SAFE_INTEGER)
+      if (split instanceof ConnectError) {
+        problems.push(`bad envelope: ${split.message}`)
+        return
+      }
+      buffer = split.rest
+      for (const [index, { flags, payload }] of split.envelopes.entries()) {
         if ((flags & FLAG_END_STREAM) !== 0) {
           const decoded = Dialect.decodeEndStream(payload)
           end = Either.isLeft(decoded) ? "bad end-stream" : decoded.right._tag === "Ok" ? "ok" : decoded.right.code
           endAt = at
-          if (buffer.length > 0) problems.push(`${buffer.length} bytes after the end-stream envelope`)
+          const after = split.envelopes.length - index - 1
+          if (after > 0 || buffer.length > 0) problems.push(`${after} envelopes and ${buffer.length} bytes after the end-stream envelope`)
           // The response is over: the request side ends too (as Cursor's client does).
           stream.end()
           // The server ends its side after the end-stream; wait for the close, not longer than 5 s.

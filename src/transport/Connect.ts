@@ -102,21 +102,28 @@ export interface Envelope {
   readonly payload: Uint8Array
 }
 
+export interface Split {
+  /** The complete envelopes, in order, inflated. */
+  readonly envelopes: ReadonlyArray<Envelope>
+  /** The bytes after them: the start of an envelope still to come (empty when none). */
+  readonly rest: Uint8Array
+}
+
 /**
- * Splits a complete streaming request body into envelopes, inflating gzip payloads. Any
- * truncation or a bad compressed payload is an `invalid_argument` error, never a throw.
+ * Takes the complete envelopes off the front of `bytes` (inflating gzip payloads), leaving an
+ * incomplete tail in `rest`: for a stream read chunk by chunk. An envelope over `maxPayload`, or
+ * a compressed payload that does not inflate within it, is a Connect error, never a throw.
  */
-export const parseEnvelopes = (body: Uint8Array, maxPayload: number): ReadonlyArray<Envelope> | ConnectError => {
+export const splitEnvelopes = (bytes: Uint8Array, maxPayload: number): Split | ConnectError => {
   const envelopes: Array<Envelope> = []
-  const view = new DataView(body.buffer, body.byteOffset, body.byteLength)
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
   let offset = 0
-  while (offset < body.length) {
-    if (body.length - offset < 5) return new ConnectError("invalid_argument", `truncated envelope header at byte ${offset}`)
-    const flags = body[offset]!
+  while (bytes.length - offset >= 5) {
+    const flags = bytes[offset]!
     const length = view.getUint32(offset + 1)
     if (length > maxPayload) return new ConnectError("resource_exhausted", `envelope of ${length} bytes exceeds the limit of ${maxPayload}`)
-    if (body.length - offset - 5 < length) return new ConnectError("invalid_argument", `envelope at byte ${offset} declares ${length} bytes, ${body.length - offset - 5} present`)
-    let payload = body.subarray(offset + 5, offset + 5 + length)
+    if (bytes.length - offset - 5 < length) break
+    let payload = bytes.subarray(offset + 5, offset + 5 + length)
     if ((flags & FLAG_COMPRESSED) !== 0) {
       try {
         payload = new Uint8Array(gunzipSync(payload, { maxOutputLength: maxPayload }))
@@ -127,7 +134,22 @@ export const parseEnvelopes = (body: Uint8Array, maxPayload: number): ReadonlyAr
     envelopes.push({ flags, payload })
     offset += 5 + length
   }
-  return envelopes
+  return { envelopes, rest: bytes.subarray(offset) }
+}
+
+/**
+ * Splits a complete streaming request body into envelopes, inflating gzip payloads. Any
+ * truncation or a bad compressed payload is an `invalid_argument` error, never a throw.
+ */
+export const parseEnvelopes = (body: Uint8Array, maxPayload: number): ReadonlyArray<Envelope> | ConnectError => {
+  const split = splitEnvelopes(body, maxPayload)
+  if (split instanceof ConnectError) return split
+  const { rest } = split
+  if (rest.length === 0) return split.envelopes
+  const at = body.length - rest.length
+  return rest.length < 5
+    ? new ConnectError("invalid_argument", `truncated envelope header at byte ${at}`)
+    : new ConnectError("invalid_argument", `envelope at byte ${at} declares ${new DataView(rest.buffer, rest.byteOffset, rest.byteLength).getUint32(1)} bytes, ${rest.length - 5} present`)
 }
 
 /** Inflates a unary body sent with `Content-Encoding: gzip`; identity bodies pass through. */

@@ -21,12 +21,11 @@ import type * as Http from "node:http"
 import * as Http2 from "node:http2"
 import * as Net from "node:net"
 import type * as Tls from "node:tls"
-import { gunzipSync } from "node:zlib"
 import { ConfigError } from "../Config.js"
 import * as Dialect from "../Dialect.js"
 import { Transport } from "../Transport.js"
 import type { TransportService } from "../Transport.js"
-import { ConnectError, endStreamFrame, FLAG_COMPRESSED, FLAG_END_STREAM, httpStatusOf } from "./Connect.js"
+import { ConnectError, endStreamFrame, FLAG_END_STREAM, httpStatusOf, splitEnvelopes } from "./Connect.js"
 
 export const RUN_PATH = "/agent.v1.AgentService/Run"
 
@@ -80,40 +79,18 @@ const writeTo = (stream: Http2.ServerHttp2Stream, bytes: Uint8Array): Effect.Eff
   })
 
 /**
- * Splits the request stream into client messages: envelope by envelope, inflating gzip ones,
- * each at most `maxBytes`. Fails with a Connect error on a truncated, oversized or undecodable
- * envelope (the stream then ends with it).
+ * Splits the request stream into client messages (`Connect.splitEnvelopes`, each at most
+ * `maxBytes`). Fails with a Connect error on an oversized or undecodable envelope (the stream
+ * then ends with it).
  */
 const clientMessages = (stream: Http2.ServerHttp2Stream, maxBytes: number) =>
   // Not destroyed at the end of the input: the response side lives on after a half-close.
   Stream.fromAsyncIterable(stream.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>, () => new ConnectError("canceled", "the client reset the stream")).pipe(
-    Stream.mapAccum(Buffer.alloc(0), (pending: Buffer, chunk: Buffer) => {
-      let buffer = pending.length === 0 ? chunk : Buffer.concat([pending, chunk])
-      const frames: Array<{ readonly flags: number; readonly payload: Uint8Array } | ConnectError> = []
-      while (buffer.length >= 5) {
-        const flags = buffer[0]!
-        const length = buffer.readUInt32BE(1)
-        if (length > maxBytes) {
-          frames.push(new ConnectError("resource_exhausted", `a Run message of ${length} bytes exceeds the limit of ${maxBytes}`))
-          return [Buffer.alloc(0), frames]
-        }
-        if (buffer.length < 5 + length) break
-        let payload: Uint8Array = buffer.subarray(5, 5 + length)
-        buffer = buffer.subarray(5 + length)
-        if ((flags & FLAG_COMPRESSED) !== 0) {
-          try {
-            payload = new Uint8Array(gunzipSync(payload, { maxOutputLength: maxBytes }))
-          } catch (cause) {
-            frames.push(new ConnectError("invalid_argument", `a compressed Run message does not inflate within ${maxBytes} bytes: ${(cause as Error).message}`))
-            return [Buffer.alloc(0), frames]
-          }
-        }
-        frames.push({ flags, payload })
-      }
-      return [buffer, frames]
+    Stream.mapAccumEffect(new Uint8Array(0), (pending: Uint8Array, chunk: Buffer) => {
+      const split = splitEnvelopes(pending.length === 0 ? chunk : Buffer.concat([pending, chunk]), maxBytes)
+      return split instanceof ConnectError ? Effect.fail(split) : Effect.succeed([split.rest, split.envelopes] as const)
     }),
-    Stream.flattenIterables,
-    Stream.mapEffect((frame) => (frame instanceof ConnectError ? Effect.fail(frame) : Effect.succeed(frame)))
+    Stream.flattenIterables
   )
 
 /** One `Run` call: input and output bound to the request's session. */

@@ -18,6 +18,7 @@ import { gzipSync } from "node:zlib"
 import * as Dialect from "../../src/Dialect.js"
 import { AgentClientMessageSchema } from "../../src/gen/agent/v1/agent_pb.js"
 import { GetServerConfigResponseSchema, Http2Config } from "../../src/gen/aiserver/v1/aiserver_pb.js"
+import { ConnectError, parseEnvelopes } from "../../src/transport/Connect.js"
 import { serverConfig } from "../../src/transport/SideRpcs.js"
 import * as AppHarness from "../support/AppHarness.js"
 import { freePort } from "../support/ChildServer.js"
@@ -67,18 +68,15 @@ const rawRun = (
     stream.on("data", (chunk: Buffer) => chunks.push(chunk))
     const done = (reset: boolean) => {
       const all = Buffer.concat(chunks)
-      let offset = 0
       let messages = 0
       let end: Dialect.EndStream | undefined
-      while (contentType.startsWith("application/connect") && all.length - offset >= 5) {
-        const flags = all[offset]!
-        const length = all.readUInt32BE(offset + 1)
-        const payload = all.subarray(offset + 5, offset + 5 + length)
-        offset += 5 + length
-        if ((flags & FLAG_END_STREAM) !== 0) {
-          const decoded = Dialect.decodeEndStream(new Uint8Array(payload))
+      const envelopes = contentType.startsWith("application/connect") ? parseEnvelopes(all, Number.MAX_SAFE_INTEGER) : []
+      for (const { flags, payload } of envelopes instanceof ConnectError ? [] : envelopes) {
+        if ((flags & FLAG_END_STREAM) === 0) messages++
+        else {
+          const decoded = Dialect.decodeEndStream(payload)
           end = decoded._tag === "Right" ? decoded.right : undefined
-        } else messages++
+        }
       }
       resolve({ status, contentType, messages, end, body: all.toString("utf8"), reset })
     }
