@@ -63,15 +63,19 @@ const mirror = (env: InputEnv, resumer: Session, turn: Session) =>
     turn.inputEnded = false
     resumer.lifecycle = Lifecycle.Running()
     yield* Effect.logInfo(`transport: ${resumer.requestId} resumes the turn of ${turn.requestId} (conversation ${turn.conversationId})`)
+    // Only the backlog can hold execs the client answered already; later frames are new.
+    const backlog = turn.channel.size()
+    let read = 0
     const frames = yield* turn.channel.attach()
     yield* FiberSet.run(env.background, Stream.runForEach(frames, (frame) => {
+      const replayed = read++ < backlog
       if ((frame[0]! & FLAG_END_STREAM) !== 0) {
         return Effect.flatMap(Clock.currentTimeMillis, (atMs) => {
           resumer.lifecycle = Lifecycle.Ended({ atMs, replayed: false })
           return resumer.channel.close(frame)
         })
       }
-      return answeredExec(turn, frame) ? Effect.void : resumer.channel.write([frame])
+      return replayed && answeredExec(turn, frame) ? Effect.void : resumer.channel.write([frame])
     }))
   })
 

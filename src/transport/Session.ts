@@ -114,6 +114,8 @@ export interface Session {
   queuedUserMessage: TurnUserMessage | undefined
   /** A queued message was handed to the runner while the turn was ending: the stream waits for its turn. */
   queuedTurnExpected: boolean
+  /** Completed when a turn starts on this stream after the one ending (`TurnEnd.beginNextTurn`). */
+  nextTurnStarted: Deferred.Deferred<void> | undefined
   /** The checkpoint this stream last published: the next turn on the stream builds on it. */
   lastCheckpoint: ConversationStateStructure | undefined
   todos: ReadonlyArray<TodoItem>
@@ -161,6 +163,7 @@ export const makeSession = (requestId: string, atMs: number): Effect.Effect<Sess
     resumeOf: undefined,
     queuedUserMessage: undefined,
     queuedTurnExpected: false,
+    nextTurnStarted: undefined,
     lastCheckpoint: undefined,
     todos: [],
     cursorToolCalls: {},
@@ -185,10 +188,6 @@ export const isReplay = (session: Session): boolean => {
 }
 
 export const isEnded = (session: Session): boolean => session.lifecycle._tag === "Ended"
-
-/** When the session's end-stream went out, if it did. */
-export const endedAtMs = (session: Session): number | undefined =>
-  session.lifecycle._tag === "Ended" ? session.lifecycle.atMs : undefined
 
 // -----------------------------------------------------------------------------
 // Frames

@@ -9,7 +9,7 @@
  * on the same stream (`beginNextTurn`), building on this turn's checkpoint. Only then does the
  * stream end.
  */
-import { Clock, Deferred, Duration, Effect, FiberSet } from "effect"
+import { Clock, Deferred, Duration, Effect, Exit, FiberSet } from "effect"
 import * as Dialect from "../Dialect.js"
 import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
 import type { Usage } from "../Llm.js"
@@ -75,6 +75,8 @@ export const sendTurnEnd = (
     const acks = yield* sendBlobs(session, checkpoint.blobs)
     yield* write(session, end.messages)
     const graceEndsAtMs = (yield* Clock.currentTimeMillis) + (replayed ? 0 : env.options.queuedMessageGraceMs)
+    const nextTurn = yield* Deferred.make<void>()
+    session.nextTurnStarted = nextTurn
     yield* FiberSet.run(env.background, Effect.gen(function*() {
       // A client whose input ended cannot acknowledge them: the turn ends without its checkpoint.
       const acknowledged = session.inputEnded ? false : yield* awaitBlobAcks(env, acks)
@@ -84,9 +86,7 @@ export const sendTurnEnd = (
       const left = graceEndsAtMs - (yield* Clock.currentTimeMillis)
       if (left > 0 && stillEnding(session, turn.turnId)) yield* Effect.sleep(Duration.millis(left))
       if (stillEnding(session, turn.turnId) && session.queuedTurnExpected) {
-        yield* Effect.sleep(Duration.millis(QUEUED_TURN_START_MS)).pipe(
-          Effect.race(Effect.repeat(Effect.sleep(Duration.millis(20)), { until: () => !stillEnding(session, turn.turnId) }))
-        )
+        yield* Deferred.await(nextTurn).pipe(Effect.timeout(Duration.millis(QUEUED_TURN_START_MS)), Effect.ignore)
       }
       // A queued message started the next turn on this stream: that turn ends it.
       if (stillEnding(session, turn.turnId)) yield* endSession(session, end.end)
@@ -101,6 +101,8 @@ export const beginNextTurn = (session: Session, turnId: string) => {
   session.lifecycle = Lifecycle.Running()
   session.turnId = turnId
   session.queuedTurnExpected = false
+  if (session.nextTurnStarted !== undefined) Deferred.unsafeDone(session.nextTurnStarted, Exit.void)
+  session.nextTurnStarted = undefined
   session.cursorToolCalls = {}
   session.operations.clear()
 }
