@@ -6,7 +6,7 @@
  * No test asserts a duration; every wait is bounded (client turn timeouts, `waitFor` timeouts).
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Option } from "effect"
+import { Effect } from "effect"
 import { readFileSync, writeFileSync } from "node:fs"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
@@ -19,7 +19,7 @@ import * as Prompt from "../../src/Prompt.js"
 import * as AppHarness from "../support/AppHarness.js"
 import * as ChildServer from "../support/ChildServer.js"
 import { CursorClient, LocalWorkspace, scriptedWorkspace } from "../support/CursorClient.js"
-import { assertCleanOk, clientFor as scopedClient, completedTool, shape, tempDirectory, toolCallOf } from "../support/Transcripts.js"
+import { assertCleanOk, clientFor as scopedClient, endCode, completedTool, shape, tempDirectory, toolCallOf } from "../support/Transcripts.js"
 import type { CursorClientOptions, Delivery, ExecAnswer, FrameEvent, Transcript } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
 
@@ -32,8 +32,6 @@ const DONE = "data: [DONE]\n\n"
 // -----------------------------------------------------------------------------
 // Helpers
 // -----------------------------------------------------------------------------
-
-const endCode = (transcript: Transcript) => transcript.end?._tag === "Error" ? transcript.end.code : transcript.end?._tag
 
 interface ChatBody {
   readonly model: string
@@ -80,21 +78,6 @@ const chatToolCalls = (calls: ReadonlyArray<{ readonly id: string; readonly name
   FakeProvider.event({ id: "chatcmpl-fake", model: "fake-model", choices: [], usage: { prompt_tokens: 20, completion_tokens: 8 } }),
   DONE
 ]
-
-/** A text answer with a pause before each piece. */
-const pacedText = (pieces: ReadonlyArray<string>, delayMs: number): Array<FakeProvider.Step> => [
-  chunk({ role: "assistant", content: "" }),
-  ...pieces.flatMap((piece): Array<FakeProvider.Step> => [{ delayMs }, chunk({ content: piece })]),
-  chunk({}, "stop"),
-  FakeProvider.event({ id: "chatcmpl-fake", model: "fake-model", choices: [], usage: { prompt_tokens: 10, completion_tokens: pieces.length } }),
-  DONE
-]
-
-const loadMessages = (app: AppHarness.AppHarness, conversationId: string) =>
-  app.store.load(conversationId).pipe(
-    Effect.orDie,
-    Effect.map((loaded) => Option.match(loaded, { onNone: (): ReadonlyArray<Message> => [], onSome: ({ state }) => state.messages }))
-  )
 
 /** Every assistant message with tool calls is followed by exactly its results, in call order. */
 const assertValidHistory = (messages: ReadonlyArray<Message>) => {
@@ -151,7 +134,7 @@ describe("Server end to end (real provider path)", () => {
         "Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "TodoWrite"
       ])
       // Committed: the user message and exactly one assistant message.
-      const messages = yield* loadMessages(app, "conv-text")
+      const messages = yield* AppHarness.messagesOf(app, "conv-text")
       assert.deepStrictEqual(messages.map((m) => m.role), ["user", "assistant"])
     }))
 
@@ -231,7 +214,7 @@ describe("Server end to end (real provider path)", () => {
         role: "user",
         content: "[An image was attached here; the model fake-model does not accept images.]\nwhat is this?"
       })
-      const stored = yield* loadMessages(app, "conv-image-blind")
+      const stored = yield* AppHarness.messagesOf(app, "conv-image-blind")
       assert.strictEqual(stored[0]?.role === "user" ? stored[0].content[0]?.type : undefined, "image")
     }))
 
@@ -252,7 +235,7 @@ describe("Server end to end (real provider path)", () => {
       assert.strictEqual(transcript.thinking, "Let me see.")
       assert.strictEqual(transcript.text, "Seen.")
       assert.deepStrictEqual(shape(transcript), ["thinking_delta", "thinking_completed", "text_delta", "kv_set", "turn_ended", "checkpoint"])
-      const messages = yield* loadMessages(app, "conv-think")
+      const messages = yield* AppHarness.messagesOf(app, "conv-think")
       const answer = messages[1]
       assert.strictEqual(answer?.role, "assistant")
       if (answer?.role === "assistant") assert.deepStrictEqual(answer.content.map((b) => b.type), ["thinking", "text"])
@@ -287,7 +270,7 @@ describe("Server end to end (real provider path)", () => {
       const body = JSON.parse(request.body) as { model: string; thinking?: { type: string; budget_tokens: number }; messages: Array<unknown> }
       assert.strictEqual(body.model, "claude-fake")
       assert.deepStrictEqual(body.thinking, { type: "enabled", budget_tokens: 1024 })
-      const messages = yield* loadMessages(app, "conv-claude")
+      const messages = yield* AppHarness.messagesOf(app, "conv-claude")
       const answer = messages[1]
       assert.strictEqual(answer?.role, "assistant")
       if (answer?.role === "assistant") {
@@ -330,7 +313,7 @@ describe("Server end to end (real provider path)", () => {
       assert.include(String(added[1]!["content"]), "export const a = 1")
       // 10 + 20 input tokens over the two calls.
       assert.strictEqual(transcript.usage?.input, 30)
-      assertValidHistory(yield* loadMessages(app, "conv-read"))
+      assertValidHistory(yield* AppHarness.messagesOf(app, "conv-read"))
     }))
 
   it.scopedLive("two parallel tool calls, the first answered late: run one at a time, results appended in call order, the second request extends the first byte for byte", () =>
@@ -377,7 +360,7 @@ describe("Server end to end (real provider path)", () => {
       assert.include(String(added[2]!["content"]), "two")
       const toolCalls = (added[0]!["tool_calls"] as Array<{ id: string }>).map((c) => c.id)
       assert.deepStrictEqual(toolCalls, ["call-1", "call-2"])
-      assertValidHistory(yield* loadMessages(app, "conv-parallel"))
+      assertValidHistory(yield* AppHarness.messagesOf(app, "conv-parallel"))
     }))
 
   it.scopedLive("an Edit (StrReplace): read, apply, write on disk, a typed EditResult with the diff", () =>
@@ -449,7 +432,7 @@ describe("Server end to end (real provider path)", () => {
       for (let i = 0; i < 200 && !closedBeforeEnd; i++) yield* Effect.sleep("10 millis")
       assert.isTrue(closedBeforeEnd, "the provider stream was not aborted")
       assert.strictEqual(requests, 1)
-      assert.deepStrictEqual((yield* loadMessages(app, "conv-cancel")).map((m) => m.role), ["user"])
+      assert.deepStrictEqual((yield* AppHarness.messagesOf(app, "conv-cancel")).map((m) => m.role), ["user"])
     }))
 
   it.scopedLive("cancel while a tool runs on the client: its exec is aborted, the stream ends canceled", () =>
@@ -481,7 +464,7 @@ describe("Server end to end (real provider path)", () => {
       assert.strictEqual(transcript.text, "recovered answer")
       assert.strictEqual(app.provider.requests.length, 2)
       assert.strictEqual(app.provider.requests[1]!.body, app.provider.requests[0]!.body)
-      const messages = yield* loadMessages(app, "conv-500")
+      const messages = yield* AppHarness.messagesOf(app, "conv-500")
       assert.deepStrictEqual(messages.map((m) => m.role), ["user", "assistant"])
     }))
 
@@ -497,14 +480,14 @@ describe("Server end to end (real provider path)", () => {
       assert.isFalse(transcript.events.some((e) => e.kind === "turn_ended"))
       // Content reached the client: never retried (it would replay what the user saw).
       assert.strictEqual(app.provider.requests.length, 1)
-      assert.deepStrictEqual((yield* loadMessages(app, "conv-drop")).map((m) => m.role), ["user"])
+      assert.deepStrictEqual((yield* AppHarness.messagesOf(app, "conv-drop")).map((m) => m.role), ["user"])
       // The next turn on the conversation starts from the committed history: no trace of the half answer.
       app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.text("whole answer")))
       const again = yield* Effect.promise(() => client.run({ conversationId: "conv-drop", text: "again" }))
       assertCleanOk(again)
       assertMessagesExtend(app, 0, 1)
       assert.notInclude(app.provider.requests[1]!.body, "Half an ans")
-      assert.deepStrictEqual((yield* loadMessages(app, "conv-drop")).map((m) => m.role), ["user", "user", "assistant"])
+      assert.deepStrictEqual((yield* AppHarness.messagesOf(app, "conv-drop")).map((m) => m.role), ["user", "user", "assistant"])
     }))
 
   it.scopedLive("two turns on one conversation sent at once: serialized (the later Start supersedes the running turn), never interleaved", () =>
@@ -513,7 +496,7 @@ describe("Server end to end (real provider path)", () => {
       // Both answers are slow enough that the second Start lands while the first streams.
       app.provider.setFallback((request) => {
         const which = request.body.includes("\"turn A\"") && !request.body.includes("\"turn B\"") ? "A" : "B"
-        return FakeProvider.sse(pacedText([`answer `, `${which} `, `done`], 60))
+        return FakeProvider.sse(FakeProvider.openAiChat.pacedText([`answer `, `${which} `, `done`], 60))
       })
       const client = yield* clientFor(app)
       const a = client.turn({ conversationId: "conv-race", text: "turn A" })
@@ -531,7 +514,7 @@ describe("Server end to end (real provider path)", () => {
       assert.isAtLeast(requests, 2)
       // Each provider request's history extends the previous one: nothing interleaved or rewritten.
       for (let i = 1; i < requests; i++) assertMessagesExtend(app, i - 1, i)
-      const messages = yield* loadMessages(app, "conv-race")
+      const messages = yield* AppHarness.messagesOf(app, "conv-race")
       assertValidHistory(messages)
       // Exactly one assistant message per finished model call, and none from a superseded one.
       const assistants = messages.filter((m) => m.role === "assistant")
@@ -605,7 +588,7 @@ describe("Server end to end (real provider path)", () => {
       const providerMs = 10 * 20
       const overhead: Array<number> = []
       for (let i = 0; i < 3; i++) {
-        app.provider.enqueue(FakeProvider.sse(pacedText(Array.from({ length: 10 }, (_, k) => `w${k} `), 20)))
+        app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.pacedText(Array.from({ length: 10 }, (_, k) => `w${k} `), 20)))
         const t = yield* Effect.promise(() => client.run({ conversationId: `conv-paced-${i}`, text: "hi" }))
         assertCleanOk(t)
         overhead.push(t.endAt! - t.startedAt - providerMs)
@@ -636,7 +619,7 @@ describe("Server process killed mid-stream (child process)", () => {
       })
       // A slow answer (100 pieces, 200 ms apart): the kill lands while it streams. Then the re-issued call's answer.
       provider.enqueue(
-        FakeProvider.sse(pacedText(Array.from({ length: 100 }, (_, k) => `slow${k} `), 200)),
+        FakeProvider.sse(FakeProvider.openAiChat.pacedText(Array.from({ length: 100 }, (_, k) => `slow${k} `), 200)),
         FakeProvider.sse(FakeProvider.openAiChat.text("the complete answer", 3))
       )
       const client = yield* Effect.acquireRelease(

@@ -30,7 +30,7 @@
  * an idle timeout of `STALL_IDLE_MS`, so each stall costs about that long.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Option } from "effect"
+import { Effect } from "effect"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import * as Dialect from "../../src/Dialect.js"
@@ -445,12 +445,6 @@ const cases: ReadonlyArray<FaultCase> = [
 // Helpers
 // -----------------------------------------------------------------------------
 
-const loadMessages = (app: AppHarness.AppHarness, conversationId: string) =>
-  app.store.load(conversationId).pipe(
-    Effect.orDie,
-    Effect.map((loaded) => Option.match(loaded, { onNone: (): ReadonlyArray<Message> => [], onSome: ({ state }) => state.messages }))
-  )
-
 /** Role and text of every committed message (text blocks only). */
 const committed = (messages: ReadonlyArray<Message>): Array<string> =>
   messages.map((m) => {
@@ -533,7 +527,7 @@ const runCase = (row: FaultCase) =>
     assert.deepStrictEqual(dialogue(model, attempts[0]!), [`user: ${FIRST}`])
 
     // 2 + 3. What Cursor got, and what was committed.
-    const messages = yield* loadMessages(app, conversationId)
+    const messages = yield* AppHarness.messagesOf(app, conversationId)
     let history: Array<string>
     if (row.expect._tag === "answer") {
       assert.deepStrictEqual(first.end, Dialect.EndStream.Ok())
@@ -583,7 +577,7 @@ const runCase = (row: FaultCase) =>
         assert.notInclude(next, fragment, "a half-received fragment leaked into the next request")
       }
     }
-    assert.deepStrictEqual(committed(yield* loadMessages(app, conversationId)), [...history, `user: ${SECOND}`, `assistant: ${NEXT_ANSWER}`])
+    assert.deepStrictEqual(committed(yield* AppHarness.messagesOf(app, conversationId)), [...history, `user: ${SECOND}`, `assistant: ${NEXT_ANSWER}`])
   })
 
 // -----------------------------------------------------------------------------
@@ -634,7 +628,7 @@ describe("Upstream faults in longer turns and conversations", () => {
       assert.strictEqual(app.provider.requests.length, 3)
       assert.strictEqual(app.provider.requests[2]!.body, app.provider.requests[1]!.body)
       assertBodyExtends(app, 0, 1)
-      const messages = yield* loadMessages(app, "conv-tool-500")
+      const messages = yield* AppHarness.messagesOf(app, "conv-tool-500")
       assert.deepStrictEqual(roles(messages), ["user", "assistant", "toolResult", "assistant"])
       assert.deepStrictEqual((yield* app.store.listInFlight().pipe(Effect.orDie)).llmCalls, [])
     }))
@@ -662,7 +656,7 @@ describe("Upstream faults in longer turns and conversations", () => {
       assert.strictEqual(first.text, "Half after the tool")
       assert.strictEqual(first.events.filter((ev) => ev.kind === "exec").length, 1)
       assert.strictEqual(app.provider.requests.length, 2)
-      assert.deepStrictEqual(roles(yield* loadMessages(app, "conv-tool-drop")), ["user", "assistant", "toolResult"])
+      assert.deepStrictEqual(roles(yield* AppHarness.messagesOf(app, "conv-tool-drop")), ["user", "assistant", "toolResult"])
       assert.deepStrictEqual((yield* app.store.listInFlight().pipe(Effect.orDie)).llmCalls, [])
       // The next turn: the tool call and its result, then the new question; no half answer.
       app.provider.enqueue(textStream("fake-model", NEXT_ANSWER))
@@ -674,7 +668,7 @@ describe("Upstream faults in longer turns and conversations", () => {
       assert.notInclude(app.provider.requests[2]!.body, "Half after the tool")
       const sent = (JSON.parse(app.provider.requests[2]!.body) as { messages: Array<{ role: string }> }).messages.map((m) => m.role)
       assert.deepStrictEqual(sent, ["system", "user", "assistant", "tool", "user"])
-      assert.deepStrictEqual(roles(yield* loadMessages(app, "conv-tool-drop")), ["user", "assistant", "toolResult", "user", "assistant"])
+      assert.deepStrictEqual(roles(yield* AppHarness.messagesOf(app, "conv-tool-drop")), ["user", "assistant", "toolResult", "user", "assistant"])
     }))
 
   it.scopedLive("a failure on the second turn of a conversation: the first turn is untouched, and the third turn, sent with Cursor's last checkpoint, extends the history", () =>
@@ -693,7 +687,7 @@ describe("Upstream faults in longer turns and conversations", () => {
       assert.strictEqual(errorOf(two).code, "unavailable")
       assert.strictEqual(app.provider.requests.length, 2)
       assertBodyExtends(app, 0, 1)
-      assert.deepStrictEqual(committed(yield* loadMessages(app, conversationId)), [
+      assert.deepStrictEqual(committed(yield* AppHarness.messagesOf(app, conversationId)), [
         "user: question one",
         "assistant: answer one",
         "user: question two"

@@ -5,17 +5,16 @@
  * listener), a fake provider, the reference client; only the provider and the editor are fakes.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Option } from "effect"
+import { Effect } from "effect"
 import { readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import * as Dialect from "../../src/Dialect.js"
-import type { Message } from "../../src/Llm.js"
 import * as AppHarness from "../support/AppHarness.js"
 import * as ChildServer from "../support/ChildServer.js"
 import { CursorClient, LocalWorkspace } from "../support/CursorClient.js"
-import type { CursorClientOptions, Transcript } from "../support/CursorClient.js"
+import type { CursorClientOptions } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
-import { assertCleanOk, completedTool, shape, tempDirectory, toolCallOf } from "../support/Transcripts.js"
+import { assertCleanOk, completedTool, endCode, shape, tempDirectory, toolCallOf } from "../support/Transcripts.js"
 
 const { chunk } = FakeProvider.openAiChat
 const DONE = "data: [DONE]\n\n"
@@ -27,31 +26,6 @@ const clientOn = (wire: Wire, server: { readonly baseUrl: string; readonly h2cUr
   Effect.acquireRelease(
     Effect.sync(() => new CursorClient({ baseUrl: server.baseUrl, turnTimeoutMs: 15_000, ...options, wire, ...(server.h2cUrl === undefined ? {} : { runUrl: server.h2cUrl }) })),
     (client) => Effect.sync(() => client.close())
-  )
-
-const endCode = (transcript: Transcript) => transcript.end?._tag === "Error" ? transcript.end.code : transcript.end?._tag
-
-const chatToolCall = (id: string, name: string, args: string): Array<string> => [
-  chunk({ role: "assistant", content: null }),
-  chunk({ tool_calls: [{ index: 0, id, type: "function", function: { name, arguments: "" } }] }),
-  chunk({ tool_calls: [{ index: 0, function: { arguments: args } }] }),
-  chunk({}, "tool_calls"),
-  FakeProvider.event({ id: "chatcmpl-fake", model: "fake-model", choices: [], usage: { prompt_tokens: 20, completion_tokens: 8 } }),
-  DONE
-]
-
-const pacedText = (pieces: ReadonlyArray<string>, delayMs: number): Array<FakeProvider.Step> => [
-  chunk({ role: "assistant", content: "" }),
-  ...pieces.flatMap((piece): Array<FakeProvider.Step> => [{ delayMs }, chunk({ content: piece })]),
-  chunk({}, "stop"),
-  FakeProvider.event({ id: "chatcmpl-fake", model: "fake-model", choices: [], usage: { prompt_tokens: 10, completion_tokens: pieces.length } }),
-  DONE
-]
-
-const loadMessages = (app: AppHarness.AppHarness, conversationId: string) =>
-  app.store.load(conversationId).pipe(
-    Effect.orDie,
-    Effect.map((loaded) => Option.match(loaded, { onNone: (): ReadonlyArray<Message> => [], onSome: ({ state }) => state.messages }))
   )
 
 const requestMessages = (app: AppHarness.AppHarness, index: number) =>
@@ -77,7 +51,7 @@ for (const wire of WIRES) {
         assert.deepStrictEqual(shape(transcript), ["text_delta", "kv_set", "turn_ended", "checkpoint"])
         assert.deepStrictEqual(transcript.usage, { input: 12, output: 2, cacheRead: 5, cacheWrite: 0, reasoning: 0 })
         assert.strictEqual(transcript.checkpoints.length, 1)
-        assert.deepStrictEqual((yield* loadMessages(app, `conv-text-${wire}`)).map((m) => m.role), ["user", "assistant"])
+        assert.deepStrictEqual((yield* AppHarness.messagesOf(app, `conv-text-${wire}`)).map((m) => m.role), ["user", "assistant"])
       }))
 
     it.scopedLive("a thinking model: thinking deltas, then thinking_completed, then the text", () =>
@@ -105,7 +79,7 @@ for (const wire of WIRES) {
         writeFileSync(join(dir, "a.ts"), "export const a = 1\n")
         const app = yield* AppHarness.make()
         app.provider.enqueue(
-          FakeProvider.sse(chatToolCall("call-read", "Read", `{"path":"a.ts"}`)),
+          FakeProvider.sse(FakeProvider.openAiChat.toolCall("call-read", "Read", `{"path":"a.ts"}`)),
           FakeProvider.sse(FakeProvider.openAiChat.text("a is 1"))
         )
         const client = yield* clientOn(wire, app, { workspace: new LocalWorkspace(dir) })
@@ -127,7 +101,7 @@ for (const wire of WIRES) {
         writeFileSync(join(dir, "b.ts"), "const greeting = \"hello\"\n")
         const app = yield* AppHarness.make()
         app.provider.enqueue(
-          FakeProvider.sse(chatToolCall("call-edit", "StrReplace", JSON.stringify({ path: "b.ts", old_string: "\"hello\"", new_string: "\"bye\"" }))),
+          FakeProvider.sse(FakeProvider.openAiChat.toolCall("call-edit", "StrReplace", JSON.stringify({ path: "b.ts", old_string: "\"hello\"", new_string: "\"bye\"" }))),
           FakeProvider.sse(FakeProvider.openAiChat.text("changed"))
         )
         const client = yield* clientOn(wire, app, { workspace: new LocalWorkspace(dir) })
@@ -144,7 +118,7 @@ for (const wire of WIRES) {
         const dir = yield* tempDirectory("cursor-byok-wires-")
         const app = yield* AppHarness.make()
         app.provider.enqueue(
-          FakeProvider.sse(chatToolCall("call-sh", "Shell", JSON.stringify({ command: "printf 'one\\n'; printf 'two\\n'" }))),
+          FakeProvider.sse(FakeProvider.openAiChat.toolCall("call-sh", "Shell", JSON.stringify({ command: "printf 'one\\n'; printf 'two\\n'" }))),
           FakeProvider.sse(FakeProvider.openAiChat.text("ran"))
         )
         const client = yield* clientOn(wire, app, { workspace: new LocalWorkspace(dir) })
@@ -160,7 +134,7 @@ for (const wire of WIRES) {
     it.scopedLive("cancel mid-stream: the stream ends canceled, nothing of the answer is committed", () =>
       Effect.gen(function*() {
         const app = yield* AppHarness.make()
-        app.provider.enqueue(FakeProvider.sse(pacedText(Array.from({ length: 50 }, (_, k) => `w${k} `), 100)))
+        app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.pacedText(Array.from({ length: 50 }, (_, k) => `w${k} `), 100)))
         const client = yield* clientOn(wire, app)
         const turn = client.turn({ conversationId: `conv-cancel-${wire}`, text: "talk" })
         yield* Effect.promise(() => turn.waitFor((f) => f.event.kind === "text_delta"))
@@ -169,13 +143,13 @@ for (const wire of WIRES) {
         assert.deepStrictEqual(transcript.problems, [])
         assert.strictEqual(endCode(transcript), "canceled")
         assert.isFalse(transcript.events.some((e) => e.kind === "turn_ended"))
-        assert.deepStrictEqual((yield* loadMessages(app, `conv-cancel-${wire}`)).map((m) => m.role), ["user"])
+        assert.deepStrictEqual((yield* AppHarness.messagesOf(app, `conv-cancel-${wire}`)).map((m) => m.role), ["user"])
       }))
 
     it.scopedLive("a disconnect is not a cancel: the turn runs on, the client comes back (reconnect, or resume_action on Run) and gets the rest and the end; nothing runs twice", () =>
       Effect.gen(function*() {
         const app = yield* AppHarness.make()
-        app.provider.enqueue(FakeProvider.sse(pacedText(Array.from({ length: 12 }, (_, k) => `p${k} `), 60)))
+        app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.pacedText(Array.from({ length: 12 }, (_, k) => `p${k} `), 60)))
         const client = yield* clientOn(wire, app)
         const turn = client.turn({ conversationId: `conv-drop-${wire}`, text: "go" })
         yield* Effect.promise(() => turn.waitFor((f) => f.event.kind === "text_delta"))
@@ -190,7 +164,7 @@ for (const wire of WIRES) {
         assert.strictEqual(text, Array.from({ length: 12 }, (_, k) => `p${k} `).join(""))
         assert.isTrue(second.some((e) => e.kind === "turn_ended"))
         assert.strictEqual(app.provider.requests.length, 1, "the model was called again")
-        assert.deepStrictEqual((yield* loadMessages(app, `conv-drop-${wire}`)).map((m) => m.role), ["user", "assistant"])
+        assert.deepStrictEqual((yield* AppHarness.messagesOf(app, `conv-drop-${wire}`)).map((m) => m.role), ["user", "assistant"])
       }))
 
     it.scopedLive("a message queued while the agent worked, sent right after turn_ended on the same request: the next turn runs on the same stream, with its own checkpoint, then the stream ends", () =>
@@ -211,7 +185,7 @@ for (const wire of WIRES) {
         assert.strictEqual(transcript.checkpoints.length, 2)
         // The second checkpoint carries both turns.
         assert.strictEqual(transcript.checkpoints[1]!.turns.length, transcript.checkpoints[0]!.turns.length + 1)
-        assert.deepStrictEqual((yield* loadMessages(app, `conv-queued-${wire}`)).map((m) => m.role), ["user", "assistant", "user", "assistant"])
+        assert.deepStrictEqual((yield* AppHarness.messagesOf(app, `conv-queued-${wire}`)).map((m) => m.role), ["user", "assistant", "user", "assistant"])
         const second = requestMessages(app, 1).slice(1)
         assert.deepStrictEqual(second.map((m) => m["content"]), ["first", "first answer", "second"])
       }))
@@ -219,7 +193,7 @@ for (const wire of WIRES) {
     it.scopedLive("an unsupported conversation action on a live request is acknowledged and changes nothing: the turn goes on", () =>
       Effect.gen(function*() {
         const app = yield* AppHarness.make()
-        app.provider.enqueue(FakeProvider.sse(pacedText(["a ", "b ", "c"], 80)))
+        app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.pacedText(["a ", "b ", "c"], 80)))
         const client = yield* clientOn(wire, app)
         const turn = client.turn({ conversationId: `conv-unsupported-${wire}`, text: "go" })
         yield* Effect.promise(() => turn.waitFor((f) => f.event.kind === "text_delta"))
@@ -240,7 +214,7 @@ describe("HTTP/2 Run: the client half-closing", () => {
   it.scopedLive("half-closing the request side is the end of the client's input, not a cancel: the turn finishes and its end arrives", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make()
-      app.provider.enqueue(FakeProvider.sse(pacedText(["x ", "y ", "z"], 60)))
+      app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.pacedText(["x ", "y ", "z"], 60)))
       const client = yield* clientOn("run", app)
       const turn = client.turn({ conversationId: "conv-halfclose", text: "go" })
       yield* Effect.promise(() => turn.waitFor((f) => f.event.kind === "text_delta"))
@@ -263,7 +237,7 @@ describe("restart mid-turn on either wire (child process)", () => {
           h2c: true
         })
         provider.enqueue(
-          FakeProvider.sse(pacedText(Array.from({ length: 100 }, (_, k) => `slow${k} `), 200)),
+          FakeProvider.sse(FakeProvider.openAiChat.pacedText(Array.from({ length: 100 }, (_, k) => `slow${k} `), 200)),
           FakeProvider.sse(FakeProvider.openAiChat.text("the complete answer", 3))
         )
         const client = yield* Effect.acquireRelease(

@@ -17,12 +17,13 @@
  */
 import { HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Context, Effect, Exit, FiberRef, Layer, LogLevel, Schema, Scope } from "effect"
+import { Context, Effect, Exit, FiberRef, Layer, LogLevel, Option, Schema, Scope } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Config from "../../src/Config.js"
 import type { ServerConfig } from "../../src/Config.js"
+import type { Message } from "../../src/Llm.js"
 import * as Runner from "../../src/Runner.js"
 import * as Server from "../../src/Server.js"
 import * as Store from "../../src/Store.js"
@@ -123,6 +124,13 @@ export const make = (options: AppHarnessOptions = {}): Effect.Effect<AppHarness,
       transport: Context.get(context, Transport.Transport)
     }
   })
+
+/** The committed model history of a conversation (none for a conversation the store does not know). */
+export const messagesOf = (app: AppHarness, conversationId: string) =>
+  app.store.load(conversationId).pipe(
+    Effect.orDie,
+    Effect.map((loaded) => Option.match(loaded, { onNone: (): ReadonlyArray<Message> => [], onSome: ({ state }) => state.messages }))
+  )
 
 /** Promise form (benchmarks, scripts): the harness with a `close` that stops the server and removes its files. */
 export const start = async (options: AppHarnessOptions = {}): Promise<AppHarness & { readonly close: () => Promise<void> }> => {

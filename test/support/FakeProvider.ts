@@ -105,6 +105,14 @@ export const openAiChat = {
     event({ id: "chatcmpl-fake", model: "fake-model", choices: [], usage: { prompt_tokens: 10, completion_tokens: pieces } }),
     "data: [DONE]\n\n"
   ],
+  /** A text answer with a pause of `delayMs` before each piece (a model streaming tokens). */
+  pacedText: (pieces: ReadonlyArray<string>, delayMs: number): Array<Step> => [
+    openAiChat.chunk({ role: "assistant", content: "" }),
+    ...pieces.flatMap((piece): Array<Step> => [{ delayMs }, openAiChat.chunk({ content: piece })]),
+    openAiChat.chunk({}, "stop"),
+    event({ id: "chatcmpl-fake", model: "fake-model", choices: [], usage: { prompt_tokens: 10, completion_tokens: pieces.length } }),
+    "data: [DONE]\n\n"
+  ],
   toolCall: (id: string, name: string, args: string): Array<string> => [
     openAiChat.chunk({ role: "assistant", tool_calls: [{ index: 0, id, type: "function", function: { name, arguments: "" } }] }),
     openAiChat.chunk({ tool_calls: [{ index: 0, function: { arguments: args } }] }),

@@ -25,6 +25,9 @@ export const kinds = (transcript: Transcript): ReadonlyArray<string> => transcri
 export const shape = (transcript: Transcript): ReadonlyArray<string> =>
   kinds(transcript).filter((kind, i, all) => i === 0 || all[i - 1] !== kind)
 
+/** How the turn ended: `Ok`, or the error's Connect code. */
+export const endCode = (transcript: Transcript) => transcript.end?._tag === "Error" ? transcript.end.code : transcript.end?._tag
+
 /** The turn ended with `{}` and the client saw no problem. */
 export const assertCleanOk = (transcript: Transcript) => {
   assert.deepStrictEqual(transcript.problems, [])
