@@ -1,0 +1,220 @@
+/**
+ * The intercepting HTTPS proxy Cursor is pointed at (`http.proxy`): HTTP CONNECT on loopback.
+ * A CONNECT to one of Cursor's API hosts (port 443) is answered by a TLS endpoint of ours with a
+ * leaf for that host, signed by the installation's name-constrained CA, speaking HTTP/2 or
+ * HTTP/1.1 as the client chooses; each decrypted request is routed (`proxy/Routing.ts`) to this
+ * server or to the real host unchanged (`proxy/Forward.ts`). Every other CONNECT is a byte-for-
+ * byte tunnel, never decrypted. With an upstream proxy, tunnels and forwards go through it.
+ *
+ * A connection that misbehaves (garbage instead of CONNECT, a target that refuses, a handshake
+ * that stops half way, a client that never sends) is closed with a log line; the proxy serves
+ * everyone else on.
+ */
+import { Context, Effect, FiberSet, Layer } from "effect"
+import type * as Http from "node:http"
+import * as HttpServer from "node:http"
+import * as Http2 from "node:http2"
+import type * as Net from "node:net"
+import type * as Stream from "node:stream"
+import type * as Tls from "node:tls"
+import { ConfigError } from "../Config.js"
+import * as Ca from "./Ca.js"
+import type { ClientRequest, ClientResponse, Forwarder } from "./proxy/Forward.js"
+import { makeForwarder } from "./proxy/Forward.js"
+import type { RoutingTable } from "./proxy/Routing.js"
+import { isInterceptedHost, routeOf } from "./proxy/Routing.js"
+import type { Address, UpstreamProxy } from "./proxy/Upstream.js"
+import { openTcp } from "./proxy/Upstream.js"
+
+export interface ProxyOptions {
+  readonly host: string
+  /** 0: an ephemeral port. */
+  readonly port: number
+  readonly authority: Ca.Authority
+  readonly routing: RoutingTable
+  /** This server's own listeners: HTTP/1.1 (unary calls, RunSSE, BidiAppend) and h2c (`Run`), when on. */
+  readonly local: { readonly host: string; readonly port: number; readonly h2cPort: number | undefined }
+  readonly upstream: UpstreamProxy | undefined
+  /** Where a host's connections really go (tests point Cursor's hosts at a fake origin); identity otherwise. */
+  readonly resolve?: ((target: Address) => Address) | undefined
+  /** Extra roots trusted for the real hosts' certificates (tests). */
+  readonly originCa?: ReadonlyArray<string> | undefined
+  /** A client that sends nothing (no CONNECT head, no TLS handshake) this long is closed. */
+  readonly idleHandshakeMs?: number | undefined
+}
+
+export class ProxyEndpoint extends Context.Tag("cursor-byok/hookup/ProxyEndpoint")<ProxyEndpoint, {
+  readonly port: number
+}>() {}
+
+const ESTABLISHED = "HTTP/1.1 200 Connection Established\r\n\r\n"
+
+const refuse = (socket: Stream.Duplex, status: string, message: string) => {
+  if (socket.writable) socket.end(`HTTP/1.1 ${status}\r\ncontent-type: text/plain\r\nconnection: close\r\ncontent-length: ${Buffer.byteLength(message)}\r\n\r\n${message}`)
+  // A client that does not close its side after the answer is not kept.
+  setTimeout(() => socket.destroy(), 1_000).unref()
+}
+
+/** `host:port` of a CONNECT request target, IPv6 in brackets. */
+export const parseAuthority = (target: string): Address | undefined => {
+  const match = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(target)
+  if (match === null) return undefined
+  const port = Number(match[3])
+  return port > 0 && port < 65536 ? { host: (match[1] ?? match[2])!, port } : undefined
+}
+
+export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigError> =>
+  Layer.scoped(ProxyEndpoint, Effect.gen(function*() {
+    const runFork = yield* FiberSet.makeRuntime<never>()
+    const log = (message: string) => void runFork(Effect.logWarning(`proxy: ${message}`))
+    const resolve = options.resolve ?? ((target: Address) => target)
+    const idleMs = options.idleHandshakeMs ?? 10_000
+    const forwarder: Forwarder = makeForwarder({ upstream: options.upstream, originCa: options.originCa })
+    const open = new Set<Stream.Duplex>()
+    const track = (socket: Stream.Duplex) => {
+      open.add(socket)
+      socket.on("close", () => open.delete(socket))
+      socket.on("error", () => undefined)
+    }
+
+    const route = (host: string) => (request: ClientRequest, response: ClientResponse) => {
+      const http2 = request.httpVersionMajor === 2
+      if (routeOf(options.routing, request.url ?? "/") === "local") {
+        const toRun = (request.url ?? "").startsWith("/agent.v1.AgentService/Run") && !(request.url ?? "").startsWith("/agent.v1.AgentService/RunSSE")
+        const h2c = toRun && options.local.h2cPort !== undefined
+        forwarder.forward(request, response, {
+          _tag: "Local",
+          address: { host: options.local.host, port: h2c ? options.local.h2cPort! : options.local.port },
+          http2: h2c
+        })
+      } else {
+        forwarder.forward(request, response, { _tag: "Origin", servername: host, address: resolve({ host, port: 443 }), http2 })
+      }
+    }
+
+    /** One TLS endpoint per intercepted host, its leaf renewed a day before it expires. */
+    const interceptors = new Map<string, Promise<{ readonly server: Http2.Http2SecureServer; readonly renewAt: number }>>()
+    const interceptor = (host: string) => {
+      const current = interceptors.get(host)
+      const fresh = current?.then((entry) => entry.renewAt > Date.now() ? entry : undefined)
+      return (fresh ?? Promise.resolve(undefined)).then((entry) => {
+        if (entry !== undefined) return entry.server
+        const made = Effect.runPromise(Ca.issueLeaf(options.authority, [host])).then((leaf) => {
+          const server = Http2.createSecureServer({
+            cert: leaf.certPem,
+            key: leaf.keyPem,
+            allowHTTP1: true,
+            handshakeTimeout: idleMs,
+            settings: { initialWindowSize: 1 << 20 }
+          })
+          server.on("request", route(host))
+          server.on("tlsClientError", (error: Error, socket: Tls.TLSSocket) => {
+            log(`TLS with the client for ${host} failed: ${error.message}`)
+            socket.destroy()
+          })
+          server.on("session", (session: Http2.ServerHttp2Session) => session.on("error", () => undefined))
+          return { server, renewAt: leaf.notAfter.getTime() - 86_400_000 }
+        })
+        interceptors.set(host, made)
+        made.catch(() => interceptors.delete(host))
+        return made.then((entry) => entry.server)
+      })
+    }
+
+    const tunnel = (client: Stream.Duplex, target: Address, head: Buffer) => {
+      openTcp(resolve(target), options.upstream).then((remote) => {
+        track(remote)
+        if (client.destroyed) return void remote.destroy()
+        client.write(ESTABLISHED)
+        if (head.length > 0) remote.write(head)
+        remote.pipe(client)
+        client.pipe(remote)
+        remote.on("error", () => client.destroy())
+        client.on("error", () => remote.destroy())
+        remote.on("close", () => client.destroy())
+        client.on("close", () => remote.destroy())
+        remote.resume()
+      }, (error: Error) => {
+        log(`CONNECT ${target.host}:${target.port}: ${error.message}`)
+        refuse(client, "502 Bad Gateway", `cannot reach ${target.host}:${target.port}: ${error.message}\n`)
+      })
+    }
+
+    const onConnect = (request: Http.IncomingMessage, client: Stream.Duplex, head: Buffer) => {
+      track(client)
+      const target = parseAuthority(request.url ?? "")
+      if (target === undefined) {
+        log(`CONNECT ${request.url}: not a host:port`)
+        return refuse(client, "400 Bad Request", `CONNECT takes host:port, not ${request.url}\n`)
+      }
+      if (!(isInterceptedHost(target.host) && target.port === 443)) return tunnel(client, target, head)
+      interceptor(target.host).then((server) => {
+        if (client.destroyed) return
+        client.write(ESTABLISHED)
+        if (head.length > 0) client.unshift(head)
+        server.emit("connection", client)
+      }, (error: Error) => {
+        log(`no leaf for ${target.host}: ${error.message}`)
+        refuse(client, "502 Bad Gateway", `cannot intercept ${target.host}: ${error.message}\n`)
+      })
+    }
+
+    /** A plain-HTTP request in absolute form (`GET http://host/path`): forwarded as any proxy would. */
+    const onPlainRequest = (request: Http.IncomingMessage, response: Http.ServerResponse) => {
+      let url: URL
+      try {
+        url = new URL(request.url ?? "")
+      } catch {
+        response.writeHead(400, { "content-type": "text/plain" })
+        return response.end("this is a proxy: send CONNECT host:port, or an absolute http:// URL\n")
+      }
+      if (url.protocol !== "http:") {
+        response.writeHead(400, { "content-type": "text/plain" })
+        return response.end(`only http:// URLs are proxied in plain form, not ${url.protocol}\n`)
+      }
+      const port = url.port === "" ? 80 : Number(url.port)
+      const outgoing = HttpServer.request({
+        ...(options.upstream === undefined
+          ? { host: resolve({ host: url.hostname, port }).host, port: resolve({ host: url.hostname, port }).port, path: `${url.pathname}${url.search}` }
+          : { host: options.upstream.host, port: options.upstream.port, path: url.href }),
+        method: request.method,
+        headers: request.headers
+      }, (answer) => {
+        response.writeHead(answer.statusCode ?? 502, answer.headers)
+        answer.pipe(response)
+      })
+      outgoing.on("error", (error) => {
+        log(`${request.method} ${url.href}: ${error.message}`)
+        if (!response.headersSent) response.writeHead(502, { "content-type": "text/plain" })
+        response.end(`cannot reach ${url.host}: ${error.message}\n`)
+      })
+      request.pipe(outgoing)
+    }
+
+    const server = HttpServer.createServer({ connectionsCheckingInterval: Math.min(1_000, idleMs), headersTimeout: idleMs, requestTimeout: 0 })
+    server.on("connect", onConnect)
+    server.on("request", onPlainRequest)
+    server.on("clientError", (error: NodeJS.ErrnoException, socket: Net.Socket) => {
+      log(`a client sent no valid proxy request (${error.code ?? error.message}); closed`)
+      refuse(socket, error.code === "ERR_HTTP_REQUEST_TIMEOUT" ? "408 Request Timeout" : "400 Bad Request", "this is a proxy: send CONNECT host:port\n")
+    })
+    server.on("connection", (socket: Net.Socket) => track(socket))
+
+    const port = yield* Effect.async<number, ConfigError>((resume) => {
+      server.once("error", (error: NodeJS.ErrnoException) =>
+        resume(Effect.fail(new ConfigError({
+          message: error.code === "EADDRINUSE"
+            ? `the proxy port ${options.host}:${options.port} is in use: choose another (proxy.port or BYOK_PROXY_PORT, or off)`
+            : `the proxy could not listen on ${options.host}:${options.port}: ${error.message}`
+        }))))
+      server.listen({ port: options.port, host: options.host, backlog: 1024 }, () => resume(Effect.succeed((server.address() as Net.AddressInfo).port)))
+    })
+    yield* Effect.addFinalizer(() =>
+      Effect.async<void>((resume) => {
+        forwarder.close()
+        for (const socket of open) socket.destroy()
+        server.close(() => resume(Effect.void))
+      })
+    )
+    return { port }
+  }))
