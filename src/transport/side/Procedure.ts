@@ -1,0 +1,111 @@
+/**
+ * A side procedure: a method, a path and a handler built from the catalogue. Three kinds:
+ * `unary` (a Connect unary call whose request is decoded and whose answer is in the request's
+ * codec), `sink` (a telemetry call whose body is counted, never decoded, and answered with an
+ * empty message) and `rest` (a JSON answer to a plain HTTP call).
+ */
+import { create, fromBinary, fromJson, toBinary, toJson } from "@bufbuild/protobuf"
+import type { DescMessage, MessageShape } from "@bufbuild/protobuf"
+import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Clock, Effect, Stream } from "effect"
+import { ConnectError, httpStatusOf } from "../Connect.js"
+import type { CatalogueOptions } from "./Catalogue.js"
+
+export type Path = `/${string}`
+
+export interface Procedure {
+  readonly method: "GET" | "POST"
+  readonly path: Path
+  readonly handle: (options: CatalogueOptions) => (request: HttpServerRequest.HttpServerRequest) => Effect.Effect<HttpServerResponse.HttpServerResponse>
+}
+
+/** Telemetry bodies are bounded: a client that sends more is refused, not buffered. */
+export const maxSinkBytes = 4 * 1024 * 1024
+
+const isJson = (request: HttpServerRequest.HttpServerRequest) => (request.headers["content-type"] ?? "").includes("json")
+
+/** A unary Connect response in the codec the request used (binary protobuf, or JSON). */
+export const respond = <Desc extends DescMessage>(request: HttpServerRequest.HttpServerRequest, schema: Desc, message: MessageShape<Desc>) =>
+  isJson(request)
+    ? HttpServerResponse.unsafeJson(toJson(schema, message))
+    : HttpServerResponse.uint8Array(toBinary(schema, message), { contentType: "application/proto" })
+
+export const unaryError = (error: ConnectError) => HttpServerResponse.unsafeJson(error.toJson(), { status: httpStatusOf(error.code) })
+
+/** Reads (and validates) a unary request of `schema`; the content is not needed, only that it parses. */
+const readUnary = <Desc extends DescMessage>(request: HttpServerRequest.HttpServerRequest, schema: Desc) =>
+  Effect.gen(function*() {
+    const body = new Uint8Array(yield* request.arrayBuffer.pipe(Effect.orElseSucceed(() => new ArrayBuffer(0))))
+    try {
+      if (isJson(request)) {
+        const text = new TextDecoder().decode(body)
+        fromJson(schema, text === "" ? {} : JSON.parse(text), { ignoreUnknownFields: true })
+      } else {
+        fromBinary(schema, body)
+      }
+      return true
+    } catch {
+      return false
+    }
+  })
+
+/** Whether the body fits in `limit` bytes; stops reading as soon as it does not. */
+const bodyFits = (request: HttpServerRequest.HttpServerRequest, limit: number) => {
+  const declared = Number(request.headers["content-length"])
+  return Number.isFinite(declared) && declared > limit
+    ? Effect.succeed(false)
+    : request.stream.pipe(
+      Stream.runFoldWhile(0, (total) => total <= limit, (total, chunk) => total + chunk.length),
+      Effect.map((total) => total <= limit),
+      Effect.orElseSucceed(() => true)
+    )
+}
+
+const tooLarge = (path: Path) => unaryError(new ConnectError("resource_exhausted", `the body of ${path} exceeds ${maxSinkBytes} bytes`))
+
+/** `answer` gets the time the request arrived, in Unix milliseconds (from `Clock`). */
+export const unary = <In extends DescMessage, Out extends DescMessage>(
+  path: Path,
+  requestSchema: In,
+  responseSchema: Out,
+  answer: (options: CatalogueOptions, receivedAtMs: number) => Effect.Effect<MessageShape<Out>>
+): Procedure => ({
+  method: "POST",
+  path,
+  handle: (options) => (request) =>
+    Effect.gen(function*() {
+      const receivedAtMs = yield* Clock.currentTimeMillis
+      const valid = yield* readUnary(request, requestSchema)
+      return valid
+        ? respond(request, responseSchema, yield* answer(options, receivedAtMs))
+        : unaryError(new ConnectError("invalid_argument", `the request body of ${path} is not a valid ${requestSchema.typeName}`))
+    })
+})
+
+/** Accepts any body up to `maxSinkBytes` and answers an empty `responseSchema`. */
+export const sink = <Out extends DescMessage>(path: Path, responseSchema: Out): Procedure => ({
+  method: "POST",
+  path,
+  handle: () => (request) =>
+    Effect.map(bodyFits(request, maxSinkBytes), (fits) => fits ? respond(request, responseSchema, create(responseSchema)) : tooLarge(path))
+})
+
+/** OTLP/HTTP export: 200 with an empty body of the request's type (`{}` for JSON). */
+export const otlpSink = (path: Path): Procedure => ({
+  method: "POST",
+  path,
+  handle: () => (request) =>
+    Effect.map(bodyFits(request, maxSinkBytes), (fits) =>
+      !fits
+        ? tooLarge(path)
+        : isJson(request)
+        ? HttpServerResponse.unsafeJson({})
+        : HttpServerResponse.uint8Array(new Uint8Array(), { contentType: request.headers["content-type"] ?? "application/x-protobuf" }))
+})
+
+/** A plain `GET` answered with JSON. */
+export const rest = (path: Path, answer: (options: CatalogueOptions) => unknown): Procedure => ({
+  method: "GET",
+  path,
+  handle: (options) => () => Effect.sync(() => HttpServerResponse.unsafeJson(answer(options)))
+})
