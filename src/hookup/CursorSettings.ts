@@ -123,8 +123,12 @@ const invalid = (path: string, text: string, offset: number, why: string) => {
   return new InvalidSettings({ path, offset, line, column, message: `${path} is not valid JSONC at line ${line}, column ${column} (offset ${offset}): ${why}` })
 }
 
+/** Notepad may add a byte-order mark, which the JSONC scanner rejects: edits happen after it. */
+const splitBom = (text: string) => (text.startsWith("\uFEFF") ? { bom: "\uFEFF", body: text.slice(1) } : { bom: "", body: text })
+
 /** The top-level values of a settings text; an empty (or comments-only) text is an empty object. */
-export const parseSettings = (path: string, text: string): Either.Either<Readonly<Record<string, unknown>>, InvalidSettings> => {
+export const parseSettings = (path: string, withBom: string): Either.Either<Readonly<Record<string, unknown>>, InvalidSettings> => {
+  const text = splitBom(withBom).body
   const errors: Array<Jsonc.ParseError> = []
   const tree = Jsonc.parseTree(text, errors, parseOptions)
   const first = errors[0]
@@ -158,9 +162,10 @@ export interface Applied {
 export const apply = (original: string | undefined, wanted: Desired, settingsPath: string): Either.Either<Applied, InvalidSettings> =>
   Either.gen(function*() {
     const values = yield* parseSettings(settingsPath, original ?? "")
-    const fresh = original === undefined || original.trim() === ""
-    const formattingOptions = formattingOf(original ?? "")
-    let text = fresh ? "{}" : original
+    const { bom, body } = splitBom(original ?? "")
+    const fresh = body.trim() === ""
+    const formattingOptions = formattingOf(body)
+    let text = fresh ? "{}" : body
     const keys: Array<JournalKey> = []
     const changes: Array<Change> = []
     for (const [key, value] of Object.entries(wanted)) {
@@ -170,7 +175,8 @@ export const apply = (original: string | undefined, wanted: Desired, settingsPat
       text = edit(text, key, value, formattingOptions)
       changes.push({ key, before: values[key], after: value })
     }
-    if (fresh) text = changes.length === 0 && original !== undefined ? original : text + formattingOptions.eol
+    if (fresh) text += formattingOptions.eol
+    text = changes.length === 0 && original !== undefined ? original : bom + text
     return { text, journal: { settingsPath, original: original ?? null, written: text, keys }, changes }
   })
 
@@ -205,8 +211,9 @@ export const revert = (current: string | undefined, journal: Journal): Either.Ei
     // Deleted by the user since: there is nothing of ours left to take out.
     if (current === undefined) return { text: undefined, changes: [], leftAlone: [] }
     const values = yield* parseSettings(journal.settingsPath, current)
-    const formattingOptions = formattingOf(current)
-    let text = current
+    const { bom, body } = splitBom(current)
+    const formattingOptions = formattingOf(body)
+    let text = body
     const changes: Array<Change> = []
     const leftAlone: Array<LeftAlone> = []
     for (const entry of journal.keys) {
@@ -223,7 +230,7 @@ export const revert = (current: string | undefined, journal: Journal): Either.Ei
       text = edit(text, entry.key, entry.previous, formattingOptions)
       changes.push({ key: entry.key, before: entry.value, after: entry.previous })
     }
-    return { text, changes, leftAlone }
+    return { text: bom + text, changes, leftAlone }
   })
 
 export interface KeyStatus {

@@ -42,6 +42,10 @@ const withFile = (text: string) =>
     return p
   })
 
+/** The file's text with any byte-order mark kept (readFileString drops it). */
+const readExact = (fs: FileSystem.FileSystem, path: string) =>
+  Effect.map(fs.readFile(path), (bytes) => new TextDecoder("utf-8", { ignoreBOM: true }).decode(bytes))
+
 const run = <A, E>(effect: Effect.Effect<A, E, FileSystem.FileSystem | Scope.Scope>) =>
   effect.pipe(Effect.scoped, Effect.provide(NodeContext.layer))
 
@@ -200,6 +204,32 @@ describe("CursorSettings setup and unsetup", () => {
       const summary = yield* CursorSettings.setup(p.settings, p.journal, CursorSettings.desired({ proxyUrl: "http://127.0.0.1:8788", disableHttp2: false }))
       assert.notInclude(summary.changes.map((c) => c.key), "cursor.general.disableHttp2")
       assert.strictEqual(valuesOf(yield* p.fs.readFileString(p.settings))["cursor.general.disableHttp2"], false)
+    })))
+
+  it.effect("a Windows file (byte-order mark, CRLF, two spaces) keeps its shape through a key-by-key unsetup", () =>
+    run(Effect.gen(function*() {
+      const before = "\uFEFF{\r\n  \"editor.fontSize\": 13\r\n}\r\n"
+      const p = yield* withFile(before)
+      yield* CursorSettings.setup(p.settings, p.journal, wanted)
+      const during = yield* readExact(p.fs, p.settings)
+      assert.isTrue(during.startsWith("\uFEFF{"))
+      assert.include(during, "\r\n  \"http.proxy\": \"http://127.0.0.1:8788\"")
+      assert.notMatch(during, /[^\r]\n/)
+      yield* p.fs.writeFileString(p.settings, during.replace("13", "14"))
+      yield* CursorSettings.unsetup(p.settings, p.journal)
+      assert.strictEqual(yield* readExact(p.fs, p.settings), before.replace("13", "14"))
+    })))
+
+  it.effect("unsetup of a file the user broke since is refused, and the journal is kept", () =>
+    run(Effect.gen(function*() {
+      const p = yield* withFile(userFile)
+      yield* CursorSettings.setup(p.settings, p.journal, wanted)
+      const broken = (yield* p.fs.readFileString(p.settings)).replace("}\n", "")
+      yield* p.fs.writeFileString(p.settings, broken)
+      const error = yield* Effect.flip(CursorSettings.unsetup(p.settings, p.journal))
+      assert.strictEqual(error._tag, "InvalidSettings")
+      assert.strictEqual(yield* p.fs.readFileString(p.settings), broken)
+      assert.isTrue(yield* p.fs.exists(p.journal))
     })))
 
   it.effect("unsetup without a journal is a clear error and changes nothing", () =>
