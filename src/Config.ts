@@ -8,6 +8,8 @@
  */
 import { FileSystem } from "@effect/platform"
 import { Config, Context, Effect, Layer, Option, ParseResult, Redacted, Schema } from "effect"
+import { homedir } from "node:os"
+import { join } from "node:path"
 import * as FaultInjection from "./FaultInjection.js"
 import { ApiKind, ModelConfig, RetryConfig } from "./llm/Router.js"
 import type { ProviderConfig, RouterConfig } from "./llm/Router.js"
@@ -50,19 +52,31 @@ export const Limits = Schema.Struct({
 
 export const TlsConfig = Schema.Struct({
   port: Schema.optionalWith(Port, { default: () => 8790 }),
-  /** PEM files: the certificate (chain) and its private key. */
-  certFile: Schema.String,
-  keyFile: Schema.String
+  /** PEM files: the certificate (chain) and its private key; without them, a loopback leaf from the installation's CA. */
+  certFile: Schema.optional(Schema.String),
+  keyFile: Schema.optional(Schema.String)
 })
 
 export const Http2Config = Schema.Struct({
   /** Cleartext HTTP/2 with prior knowledge (h2c), for the CLI and tests; null turns it off. */
   cleartextPort: Schema.optionalWith(Schema.NullOr(Port), { default: () => 8789 }),
-  /** TLS with ALPN h2 (for the IDE); off unless a certificate and key are given. */
-  tls: Schema.optional(TlsConfig)
+  /** TLS with ALPN h2 (for the IDE, whose HTTP/2 client does not use the proxy); null turns it off. */
+  tls: Schema.optionalWith(Schema.NullOr(TlsConfig), { default: () => Schema.decodeSync(TlsConfig)({}) })
+})
+
+export const ProxyConfig = Schema.Struct({
+  /** The intercepting proxy Cursor's `http.proxy` points at; null turns it off. */
+  port: Schema.optionalWith(Schema.NullOr(Port), { default: () => 8788 }),
+  /** No Cursor account: every Cursor procedure is answered here, the account calls by a local identity. */
+  offline: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+  /** The user's own proxy (`http://[user:pass@]host:port`) for the proxy's outgoing connections; else HTTPS_PROXY. */
+  upstream: Schema.optional(Schema.String)
 })
 
 export const FileConfig = Schema.Struct({
+  /** Where the CA, its key and the settings journal live (BYOK_HOME); default ~/.cursor-byok. */
+  home: Schema.optional(Schema.String),
+  proxy: Schema.optionalWith(ProxyConfig, { default: () => Schema.decodeSync(ProxyConfig)({}) }),
   host: Schema.optionalWith(Schema.String, { default: () => "127.0.0.1" }),
   port: Schema.optionalWith(Port, { default: () => 8787 }),
   database: Schema.optionalWith(Schema.String, { default: () => "./data/byok.sqlite" }),
@@ -106,7 +120,14 @@ export interface ServerConfig {
   /** Where `Run` is served over HTTP/2: h2c on `cleartextPort`, TLS on `tls.port`; each undefined when off. */
   readonly http2: {
     readonly cleartextPort: number | undefined
-    readonly tls: { readonly port: number; readonly certFile: string; readonly keyFile: string } | undefined
+    /** Without files, the listener's leaf comes from the installation's CA. */
+    readonly tls: { readonly port: number; readonly certFile: string | undefined; readonly keyFile: string | undefined } | undefined
+  }
+  readonly home: string
+  readonly proxy: {
+    readonly port: number | undefined
+    readonly offline: boolean
+    readonly upstream: string | undefined
   }
   readonly maxLlmCallsPerTurn: number
   readonly limits: typeof Limits.Type
@@ -214,6 +235,8 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     blobAckTimeoutMs: file.blobAckTimeoutMs,
     queuedMessageGraceMs: file.queuedMessageGraceMs,
     http2: http2Of(file, env),
+    home: env["BYOK_HOME"] ?? file.home ?? join(homedir(), ".cursor-byok"),
+    proxy: proxyOf(file, env),
     maxLlmCallsPerTurn: file.maxLlmCallsPerTurn,
     limits: file.limits,
     router: file.retry === undefined ? { providers: routed, models } : { providers: routed, models, retry: file.retry },
@@ -225,18 +248,29 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
 }
 
 /**
- * The HTTP/2 listeners: the file's, then `BYOK_H2C_PORT` (a port, or `off`), `BYOK_TLS_PORT`,
- * `BYOK_TLS_CERT` and `BYOK_TLS_KEY` (both PEM file paths turn TLS on).
+ * The HTTP/2 listeners: the file's, then `BYOK_H2C_PORT` (a port, or `off`), `BYOK_TLS_PORT`
+ * (a port, or `off`), `BYOK_TLS_CERT` and `BYOK_TLS_KEY` (PEM files instead of the CA's leaf).
  */
 const http2Of = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ServerConfig["http2"] => {
   const h2c = env["BYOK_H2C_PORT"]
   const cleartextPort = h2c === undefined ? file.http2.cleartextPort ?? undefined : h2c === "off" ? undefined : Number(h2c)
+  const tlsText = env["BYOK_TLS_PORT"]
   const certFile = env["BYOK_TLS_CERT"] ?? file.http2.tls?.certFile
   const keyFile = env["BYOK_TLS_KEY"] ?? file.http2.tls?.keyFile
-  const tlsPort = env["BYOK_TLS_PORT"] !== undefined ? Number(env["BYOK_TLS_PORT"]) : file.http2.tls?.port ?? 8790
+  const off = tlsText === "off" || (tlsText === undefined && file.http2.tls === null && certFile === undefined)
+  const tlsPort = tlsText !== undefined && tlsText !== "off" ? Number(tlsText) : file.http2.tls?.port ?? 8790
+  return { cleartextPort, tls: off ? undefined : { port: tlsPort, certFile, keyFile } }
+}
+
+/** The proxy: the file's, then `BYOK_PROXY_PORT` (a port, or `off`), `BYOK_OFFLINE`, `BYOK_UPSTREAM_PROXY` or `HTTPS_PROXY`. */
+const proxyOf = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ServerConfig["proxy"] => {
+  const portText = env["BYOK_PROXY_PORT"]
+  const offlineText = env["BYOK_OFFLINE"]
+  const upstream = env["BYOK_UPSTREAM_PROXY"] ?? file.proxy.upstream ?? env["HTTPS_PROXY"] ?? env["https_proxy"]
   return {
-    cleartextPort,
-    tls: certFile !== undefined && keyFile !== undefined ? { port: tlsPort, certFile, keyFile } : undefined
+    port: portText === undefined ? file.proxy.port ?? undefined : portText === "off" ? undefined : Number(portText),
+    offline: offlineText === undefined ? file.proxy.offline : offlineText === "1" || offlineText.toLowerCase() === "true",
+    upstream: upstream === undefined || upstream === "" ? undefined : upstream
   }
 }
 
@@ -280,7 +314,13 @@ export const load: Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSyste
     return yield* new ConfigError({ message: `BYOK_H2C_PORT must be a port number (0-65535) or off, got ${env["BYOK_H2C_PORT"]}` })
   }
   if (config.http2.tls !== undefined && !isPort(config.http2.tls.port)) {
-    return yield* new ConfigError({ message: `BYOK_TLS_PORT must be a port number (0-65535), got ${env["BYOK_TLS_PORT"]}` })
+    return yield* new ConfigError({ message: `BYOK_TLS_PORT must be a port number (0-65535) or off, got ${env["BYOK_TLS_PORT"]}` })
+  }
+  if (!isPort(config.proxy.port)) {
+    return yield* new ConfigError({ message: `BYOK_PROXY_PORT must be a port number (0-65535) or off, got ${env["BYOK_PROXY_PORT"]}` })
+  }
+  if ((config.http2.tls?.certFile === undefined) !== (config.http2.tls?.keyFile === undefined)) {
+    return yield* new ConfigError({ message: "the TLS listener takes both a certificate and a key (http2.tls.certFile and keyFile, or BYOK_TLS_CERT and BYOK_TLS_KEY), or neither (the CA's leaf)" })
   }
   return config
 })

@@ -11,6 +11,7 @@ import { createServer } from "node:http"
 import type { ServerConfig } from "./Config.js"
 import type { ToolCall, ToolResultMessage } from "./Llm.js"
 import * as FaultInjection from "./FaultInjection.js"
+import * as Hookup from "./Hookup.js"
 import * as Router from "./llm/Router.js"
 import * as Metrics from "./Metrics.js"
 import * as Prompt from "./Prompt.js"
@@ -127,11 +128,19 @@ export const layerApp = (config: ServerConfig) => {
 
 /**
  * The server listening on the configured host and port (HTTP/1.1: RunSSE, BidiAppend, side
- * RPCs) and on its HTTP/2 ports (`Run`), calling providers through undici.
+ * RPCs), on its HTTP/2 ports (`Run`), and on the proxy port Cursor is pointed at, calling
+ * providers through undici. The CA is made on first use when the proxy or the TLS listener
+ * needs it.
  */
 export const layer = (config: ServerConfig) =>
-  Run.layerConfig(config).pipe(
-    Layer.provideMerge(layerApp(config)),
-    Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, listenOptions(config.port, config.host))),
-    Layer.provide(NodeHttpClient.layerUndici)
-  )
+  Layer.unwrapEffect(Effect.gen(function*() {
+    const authority = Hookup.needsCa(config) ? yield* Hookup.authorityFor(config) : undefined
+    const tls = yield* Hookup.listenerTls(config, authority)
+    const listeners = Run.layer({ host: config.host, cleartextPort: config.http2.cleartextPort, tls })
+    const proxy = authority === undefined ? Layer.empty : Hookup.layerProxy(config, authority).pipe(Layer.provide(listeners))
+    return Layer.merge(proxy, listeners).pipe(
+      Layer.provideMerge(layerApp(config)),
+      Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, listenOptions(config.port, config.host))),
+      Layer.provide(NodeHttpClient.layerUndici)
+    )
+  }))

@@ -9,7 +9,7 @@
  *   node --expose-gc --import tsx bench/support/serve.ts
  */
 import { HttpServer } from "@effect/platform"
-import { NodeRuntime } from "@effect/platform-node"
+import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Effect, Schema } from "effect"
 import * as Config from "../../src/Config.js"
 import * as Server from "../../src/Server.js"
@@ -19,7 +19,7 @@ import { installDebugHook } from "./ipc.js"
 installDebugHook()
 const file = Schema.decodeUnknownSync(Config.FileConfig)(JSON.parse(process.env["BENCH_CONFIG"] ?? "{}"))
 const resolved = Config.resolve(file, {})
-const config = { ...resolved, host: "127.0.0.1", port: 0, http2: { ...resolved.http2, cleartextPort: 0, tls: undefined } }
+const config = { ...resolved, host: "127.0.0.1", port: 0, http2: { ...resolved.http2, cleartextPort: 0, tls: undefined }, proxy: { ...resolved.proxy, port: undefined } }
 
 const program = Effect.gen(function*() {
   const server = yield* HttpServer.HttpServer
@@ -29,6 +29,6 @@ const program = Effect.gen(function*() {
   if (cleartextPort === undefined) return yield* Effect.dieMessage("the h2c listener of Run is off")
   process.stdout.write(`READY ${address.port} ${process.pid} ${cleartextPort}\n`)
   return yield* Effect.never
-}).pipe(Effect.provide(Server.layer(config)))
+}).pipe(Effect.provide(Server.layer(config)), Effect.provide(NodeContext.layer))
 
 NodeRuntime.runMain(program)

@@ -267,7 +267,7 @@ export class LeafRefused extends Schema.TaggedError<LeafRefused>("cursor-byok/Le
 }) {}
 
 /** A leaf for names the CA may sign; anything else is refused before signing. */
-export const issueLeaf = (authority: Authority, names: ReadonlyArray<string>) => {
+export const issueLeaf = (authority: Authority, names: ReadonlyArray<string>): Effect.Effect<Leaf, LeafRefused> => {
   const outside = names.find((name) => !isPermitted(name))
   return outside === undefined
     ? signLeaf(authority, names)

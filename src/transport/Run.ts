@@ -16,7 +16,6 @@
  */
 import { Cause, Context, Effect, Exit, Fiber, FiberSet, Layer, Option, Stream } from "effect"
 import { randomUUID } from "node:crypto"
-import { readFileSync } from "node:fs"
 import type * as Http from "node:http"
 import * as Http2 from "node:http2"
 import * as Net from "node:net"
@@ -243,24 +242,4 @@ export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Config
       yield* Effect.addFinalizer(() => close(h2, sessions))
     }
     return { cleartextPort, tlsPort }
-  }))
-
-/** The listeners from the configuration: the TLS certificate and key are read from their files. */
-export const layerConfig = (config: {
-  readonly host: string
-  readonly http2: {
-    readonly cleartextPort: number | undefined
-    readonly tls: { readonly port: number; readonly certFile: string; readonly keyFile: string } | undefined
-  }
-}) =>
-  Layer.unwrapEffect(Effect.try({
-    try: () =>
-      layer({
-        host: config.host,
-        cleartextPort: config.http2.cleartextPort,
-        tls: config.http2.tls === undefined
-          ? undefined
-          : { port: config.http2.tls.port, cert: readFileSync(config.http2.tls.certFile), key: readFileSync(config.http2.tls.keyFile) }
-      }),
-    catch: (cause) => new ConfigError({ message: `the TLS certificate or key of the HTTP/2 listener could not be read: ${(cause as Error).message}` })
   }))

@@ -16,13 +16,14 @@
  * - `fake-gemini`  gemini, upstream `gemini-fake`
  */
 import { HttpServer } from "@effect/platform"
-import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
+import { NodeContext, NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import { Context, Effect, Exit, FiberRef, Layer, LogLevel, Option, Schema, Scope } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Config from "../../src/Config.js"
 import type { ServerConfig } from "../../src/Config.js"
+import * as Hookup from "../../src/Hookup.js"
 import type { Message } from "../../src/Llm.js"
 import * as Runner from "../../src/Runner.js"
 import * as Server from "../../src/Server.js"
@@ -45,7 +46,8 @@ export const fileConfigJson = (baseUrl: string, overrides: Record<string, unknow
   heartbeatMs: 200,
   // A turn's stream ends with its checkpoint (a test of queued messages sets its own grace); no h2c unless a test asks.
   queuedMessageGraceMs: 0,
-  http2: { cleartextPort: null },
+  http2: { cleartextPort: null, tls: null },
+  proxy: { port: null },
   retry: testRetry,
   providers: [
     { id: "fake-openai", api: "openai-chat", baseUrl, apiKeyEnv: API_KEY_ENV },
@@ -100,7 +102,8 @@ export const make = (options: AppHarnessOptions = {}): Effect.Effect<AppHarness,
     const file = Schema.decodeUnknownSync(Config.FileConfig)({ ...fileConfigJson(provider.baseUrl, options.config), database })
     const config = Config.resolve(file, { [API_KEY_ENV]: API_KEY })
     // h2c on an ephemeral port whatever the file says; TLS as configured.
-    const app = Run.layerConfig({ host: "127.0.0.1", http2: { cleartextPort: 0, tls: config.http2.tls } }).pipe(Layer.orDie,
+    const tls = yield* Hookup.listenerTls(config, undefined).pipe(Effect.provide(NodeContext.layer), Effect.orDie)
+    const app = Run.layer({ host: "127.0.0.1", cleartextPort: 0, tls }).pipe(Layer.orDie,
       Layer.provideMerge(Server.layerApp(config)),
       Layer.provideMerge(NodeHttpServer.layer(Server.makeHttpServer, Server.listenOptions(0, "127.0.0.1"))),
       Layer.provide(NodeHttpClient.layerUndici)

@@ -128,6 +128,10 @@ export const start = async (options: ChildServerOptions = {}): Promise<ChildServ
       stdio: ["ignore", "pipe", "pipe"],
       env: {
         ...process.env,
+        // No proxy or TLS listener (fixed ports), and a CA home of its own, unless a test asks.
+        BYOK_PROXY_PORT: "off",
+        BYOK_TLS_PORT: "off",
+        BYOK_HOME: join(dir, "home"),
         ...options.env,
         ...extraEnv,
         BYOK_CONFIG: configPath,

@@ -1,0 +1,105 @@
+/**
+ * The `cursor-byok` command line (@effect/cli): `serve` (the default), `setup`, `unsetup`,
+ * `doctor` and `ca`. Each command is a small program over the configuration and `BYOK_HOME`;
+ * the work is in `Server.ts` and `hookup/`. A failure prints one line saying what to do and
+ * exits with status 1.
+ */
+import { Command, Options } from "@effect/cli"
+import { Console, Effect, Layer, Option } from "effect"
+import * as Config from "./Config.js"
+import * as Ca from "./hookup/Ca.js"
+import * as Doctor from "./hookup/Doctor.js"
+import * as Setup from "./hookup/Setup.js"
+import * as Server from "./Server.js"
+
+const serveProgram = Effect.gen(function*() {
+  const config = yield* Config.load
+  for (const notice of config.notices) yield* Effect.logWarning(notice)
+  yield* Effect.logInfo(
+    `cursor-byok: ${config.models.length} models (${config.models.map((m) => m.id).join(", ") || "none"}), database ${config.database}, ` +
+      `RunSSE + BidiAppend on http://${config.host}:${config.port}` +
+      (config.http2.cleartextPort === undefined ? "" : `, Run (h2c) on http://${config.host}:${config.http2.cleartextPort}`) +
+      (config.http2.tls === undefined ? "" : `, Run (TLS, h2) on https://${config.host}:${config.http2.tls.port}`) +
+      (config.proxy.port === undefined ? "" : `, proxy for Cursor on http://${config.host}:${config.proxy.port}${config.proxy.offline ? " (offline)" : ""}`)
+  )
+  return yield* Layer.launch(Server.layer(config))
+})
+
+const settingsOption = Options.file("settings").pipe(
+  Options.withDescription("Cursor's settings.json (default: the per-OS user settings, or BYOK_CURSOR_SETTINGS)"),
+  Options.optional
+)
+
+const serve = Command.make("serve", {}, () => serveProgram).pipe(
+  Command.withDescription("Start the server (what `npm start` runs)")
+)
+
+const setup = Command.make("setup", {
+  settings: settingsOption,
+  trust: Options.boolean("trust").pipe(Options.withDescription("Also run the commands that make this OS trust the CA"))
+}, ({ settings, trust }) => Setup.setup({ settingsPath: Option.getOrUndefined(settings), trust })).pipe(
+  Command.withDescription("Point Cursor at this server: make the CA, write Cursor's proxy settings (journaled), print how to trust the CA")
+)
+
+const unsetup = Command.make("unsetup", { settings: settingsOption }, ({ settings }) =>
+  Setup.unsetup({ settingsPath: Option.getOrUndefined(settings) })).pipe(
+    Command.withDescription("Restore Cursor's settings.json as it was before setup, and print how to untrust the CA")
+  )
+
+const doctor = Command.make("doctor", { settings: settingsOption }, ({ settings }) =>
+  Doctor.run({ settingsPath: Option.getOrUndefined(settings) })).pipe(
+    Command.withDescription("Check the hookup, one line per check with its fix; exit status 1 when one fails")
+  )
+
+const home = Effect.map(Config.load, (config) => config.home)
+
+const describeCa = (authority: Ca.Authority) =>
+  Console.log(
+    [
+      `CA         ${authority.certPath}`,
+      `name       ${authority.commonName}`,
+      `sha256     ${authority.fingerprint256}`,
+      `expires    ${authority.notAfter.toISOString()}`,
+      `may sign   ${[...Ca.permitted.dns, ...Ca.permitted.ip].join(", ")} (and nothing else: X.509 name constraints)`
+    ].join("\n")
+  )
+
+const caShow = Command.make("show", {}, () => Effect.flatMap(home, (dir) => Effect.flatMap(Ca.load(dir), describeCa))).pipe(
+  Command.withDescription("Show the installation's CA")
+)
+const caCreate = Command.make("create", {}, () => Effect.flatMap(home, (dir) => Effect.flatMap(Ca.ensure(dir), describeCa))).pipe(
+  Command.withDescription("Make the CA if there is none (an existing one is kept)")
+)
+const caRenew = Command.make("renew", {}, () =>
+  Effect.gen(function*() {
+    const authority = yield* Ca.renew(yield* home)
+    yield* describeCa(authority)
+    yield* Console.log("The old files were moved aside (.bak). Trust the new CA: `cursor-byok setup --trust` (and remove the old one from the OS store).")
+  })).pipe(Command.withDescription("Replace the CA (the old files are kept as .bak); trust the new one afterwards"))
+
+const ca = Command.make("ca", {}, () => Effect.flatMap(home, (dir) => Effect.flatMap(Ca.load(dir), describeCa))).pipe(
+  Command.withDescription("The installation's CA: show (default), create, renew"),
+  Command.withSubcommands([caShow, caCreate, caRenew])
+)
+
+const root = Command.make("cursor-byok", {}, () => serveProgram).pipe(
+  Command.withDescription("A server for Cursor's agent protocol that calls the LLM provider you choose, with your own key"),
+  Command.withSubcommands([serve, setup, unsetup, doctor, ca])
+)
+
+const cli = Command.run(root, { name: "cursor-byok", version: "0.1.0" })
+
+/** Runs the command line; a typed failure is one readable line and exit status 1. */
+export const run = (argv: ReadonlyArray<string>) =>
+  cli(argv).pipe(
+    Effect.catchAll((error: unknown) =>
+      Effect.gen(function*() {
+        const message = typeof error === "object" && error !== null && "message" in error && typeof error.message === "string" && error.message !== ""
+          ? error.message
+          : undefined
+        // @effect/cli has printed its own validation errors (with the help text) already.
+        if (message !== undefined) yield* Effect.logError(message)
+        return yield* Effect.fail(error)
+      })
+    )
+  )

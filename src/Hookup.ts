@@ -1,0 +1,73 @@
+/**
+ * How the Cursor IDE reaches this server: the installation's name-constrained CA
+ * (`hookup/Ca.ts`), the intercepting proxy Cursor's `http.proxy` points at (`hookup/Proxy.ts`),
+ * the TLS listener's loopback certificate, and the reversible changes `setup` makes to the
+ * user's machine (`hookup/CursorSettings.ts`, `hookup/Trust.ts`), checked by `doctor`.
+ */
+import { FileSystem, HttpServer } from "@effect/platform"
+import { Effect, Layer } from "effect"
+import type { ServerConfig } from "./Config.js"
+import { ConfigError } from "./Config.js"
+import * as Ca from "./hookup/Ca.js"
+import * as Proxy from "./hookup/Proxy.js"
+import { parseProxyUrl } from "./hookup/proxy/Upstream.js"
+import type { UpstreamProxy } from "./hookup/proxy/Upstream.js"
+import * as Run from "./transport/Run.js"
+import * as SideRpcs from "./transport/SideRpcs.js"
+
+export { Ca, Proxy }
+
+/** Whether the configuration needs the CA: the proxy, or a TLS listener without its own files. */
+export const needsCa = (config: ServerConfig) =>
+  config.proxy.port !== undefined || (config.http2.tls !== undefined && config.http2.tls.certFile === undefined)
+
+/** The CA for serving: made on first use; a broken or foreign one stops the start with the fix. */
+export const authorityFor = (config: ServerConfig) =>
+  Ca.ensure(config.home).pipe(Effect.mapError((error) => new ConfigError({ message: error.message })))
+
+/** The TLS listener's certificate: the configured PEM files, or a loopback leaf from the CA. */
+export const listenerTls = (
+  config: Pick<ServerConfig, "http2">,
+  authority: Ca.Authority | undefined
+): Effect.Effect<Run.Http2Options["tls"], ConfigError, FileSystem.FileSystem> =>
+  Effect.gen(function*() {
+    const tls = config.http2.tls
+    if (tls === undefined) return undefined
+    if (tls.certFile !== undefined && tls.keyFile !== undefined) {
+      const fs = yield* FileSystem.FileSystem
+      const read = (path: string) =>
+        fs.readFile(path).pipe(Effect.mapError((error) =>
+          new ConfigError({ message: `the TLS certificate or key of the HTTP/2 listener could not be read: ${error.message}` })
+        ))
+      return { port: tls.port, cert: Buffer.from(yield* read(tls.certFile)), key: Buffer.from(yield* read(tls.keyFile)) }
+    }
+    if (authority === undefined) return yield* new ConfigError({ message: "the TLS listener has no certificate: give http2.tls.certFile and keyFile, or let the CA issue one" })
+    const leaf = yield* Ca.issueLeaf(authority, Ca.loopbackNames).pipe(Effect.mapError((error) => new ConfigError({ message: error.message })))
+    return { port: tls.port, cert: leaf.certPem, key: leaf.keyPem }
+  })
+
+export const upstreamOf = (config: ServerConfig): Effect.Effect<UpstreamProxy | undefined, ConfigError> => {
+  if (config.proxy.upstream === undefined) return Effect.succeed(undefined)
+  const parsed = parseProxyUrl(config.proxy.upstream)
+  return typeof parsed === "string" ? Effect.fail(new ConfigError({ message: parsed })) : Effect.succeed(parsed)
+}
+
+/** The proxy in front of this server's listeners as bound (the HTTP/1.1 port, and h2c for `Run`). */
+export const layerProxy = (config: ServerConfig, authority: Ca.Authority) =>
+  Layer.unwrapEffect(Effect.gen(function*() {
+    if (config.proxy.port === undefined) return Layer.empty
+    const upstream = yield* upstreamOf(config)
+    const address = (yield* HttpServer.HttpServer).address
+    const local = {
+      port: address._tag === "TcpAddress" ? address.port : config.port,
+      h2cPort: (yield* Run.Http2Endpoints).cleartextPort
+    }
+    return Layer.discard(Proxy.layer({
+      host: config.host,
+      port: config.proxy.port,
+      authority,
+      routing: { local: new Set(SideRpcs.localProcedures), offline: config.proxy.offline },
+      local: { host: config.host, port: local.port, h2cPort: local.h2cPort },
+      upstream
+    }))
+  }))

@@ -1,0 +1,210 @@
+/**
+ * `doctor`: one table of checks of the hookup, each failing one with its fix. The server and the
+ * proxy are checked from outside, as Cursor reaches them (the proxy by a real CONNECT, TLS with
+ * only our CA trusted, and a procedure it must answer locally); the CA, the OS's trust in it
+ * and Cursor's settings from their files; each configured model by a one-token request.
+ */
+import { FileSystem } from "@effect/platform"
+import { NodeHttpClient } from "@effect/platform-node"
+import { Console, Duration, Effect, Option, Schema, Stream } from "effect"
+import * as Http from "node:http"
+import * as Net from "node:net"
+import * as Tls from "node:tls"
+import * as Config from "../Config.js"
+import type { ServerConfig } from "../Config.js"
+import { Llm } from "../Llm.js"
+import * as Router from "../llm/Router.js"
+import * as Ca from "./Ca.js"
+import * as CursorSettings from "./CursorSettings.js"
+import { desiredFor, settingsPathOf } from "./Setup.js"
+import * as Trust from "./Trust.js"
+
+export type Status = "ok" | "FAIL" | "warn" | "off"
+
+export interface Check {
+  readonly name: string
+  readonly status: Status
+  readonly detail: string
+  readonly fix: string
+}
+
+export class DoctorFailed extends Schema.TaggedError<DoctorFailed>("cursor-byok/DoctorFailed")("DoctorFailed", {
+  message: Schema.String
+}) {}
+
+const TIMEOUT_MS = 5_000
+
+const check = (name: string, status: Status, detail: string, fix = ""): Check => ({ name, status, detail, fix })
+
+const attempt = <A>(run: () => Promise<A>) =>
+  Effect.tryPromise({ try: run, catch: (error) => error instanceof Error ? error : new Error(String(error)) }).pipe(
+    Effect.timeoutFail({ duration: Duration.millis(TIMEOUT_MS), onTimeout: () => new Error(`no answer within ${TIMEOUT_MS} ms`) })
+  )
+
+const healthz = (host: string, port: number) =>
+  attempt(() =>
+    new Promise<number>((resolve, reject) => {
+      const request = Http.get({ host, port, path: "/healthz", timeout: TIMEOUT_MS }, (response) => {
+        response.resume()
+        resolve(response.statusCode ?? 0)
+      })
+      request.on("error", reject)
+    })
+  )
+
+/** CONNECT api2.cursor.sh:443 through the proxy, TLS trusting only our CA, then ServerTime (answered locally). */
+const throughProxy = (host: string, port: number, caPem: string) =>
+  attempt(() =>
+    new Promise<number>((resolve, reject) => {
+      const socket = Net.connect({ host, port }, () => socket.write("CONNECT api2.cursor.sh:443 HTTP/1.1\r\nHost: api2.cursor.sh:443\r\n\r\n"))
+      socket.on("error", reject)
+      socket.once("data", (head: Buffer) => {
+        if (!/^HTTP\/1\.[01] 200/.test(head.toString("latin1"))) return reject(new Error(`the proxy answered ${head.toString("latin1").split("\r\n")[0]}`))
+        const secure = Tls.connect({ socket, servername: "api2.cursor.sh", ca: [caPem], ALPNProtocols: ["http/1.1"] })
+        secure.on("error", (error) => reject(new Error(`TLS through the proxy: ${error.message}`)))
+        secure.once("secureConnect", () => {
+          const request = Http.request({
+            createConnection: () => secure,
+            method: "POST",
+            path: "/aiserver.v1.AiService/ServerTime",
+            headers: { host: "api2.cursor.sh", "content-type": "application/proto", "content-length": "0" }
+          }, (response) => {
+            response.resume()
+            resolve(response.statusCode ?? 0)
+            secure.destroy()
+          })
+          request.on("error", reject)
+          request.end()
+        })
+      })
+    })
+  )
+
+const h2Listener = (host: string, port: number, caPem: string | undefined) =>
+  attempt(() =>
+    new Promise<string>((resolve, reject) => {
+      const socket = Tls.connect({ host, port, servername: "localhost", ALPNProtocols: ["h2"], ...(caPem === undefined ? {} : { ca: [caPem] }) })
+      socket.once("secureConnect", () => {
+        resolve(String(socket.alpnProtocol))
+        socket.destroy()
+      })
+      socket.on("error", reject)
+    })
+  )
+
+/** A one-token request to a model: time to first event and output tokens per second. */
+const probeModel = (config: ServerConfig, model: string) =>
+  Effect.gen(function*() {
+    const llm = yield* Llm
+    const started = Date.now()
+    let firstAt: number | undefined
+    let output = 0
+    yield* llm.stream(
+      { systemPrompt: "Answer with one word.", messages: [{ role: "user", content: [{ type: "text", text: "Say OK." }] }], tools: [] },
+      { model, callId: `doctor-${model}-${started}`, maxOutputTokens: 1 }
+    ).pipe(
+      Stream.runForEach((event) =>
+        Effect.sync(() => {
+          if (firstAt === undefined && (event._tag === "TextDelta" || event._tag === "ThinkingDelta")) firstAt = Date.now()
+          if (event._tag === "Done") output = event.message.usage.output
+          if (event._tag === "Error") throw new Error(event.message)
+        })
+      ),
+      Effect.timeoutFail({ duration: Duration.seconds(30), onTimeout: () => new Error("no answer within 30 s") })
+    )
+    const ended = Date.now()
+    const ttft = (firstAt ?? ended) - started
+    const rate = output > 0 && ended > (firstAt ?? started) ? ` ${(output / ((ended - (firstAt ?? started)) / 1000)).toFixed(1)} tokens/s` : ""
+    return `first token ${ttft} ms,${rate || " 1 token"}`
+  }).pipe(Effect.provide(Router.layer(config.router)), Effect.provide(NodeHttpClient.layerUndici))
+
+export const checks = (options: { readonly settingsPath: string | undefined }) =>
+  Effect.gen(function*() {
+    const results: Array<Check> = []
+    const loaded = yield* Config.load.pipe(Effect.either)
+    if (loaded._tag === "Left") return [check("configuration", "FAIL", loaded.left.message, "fix the configuration file or variables named above")]
+    const config = loaded.right
+    results.push(check("configuration", "ok", `${config.models.length} models, home ${config.home}`))
+
+    const server = yield* healthz(config.host, config.port).pipe(Effect.either)
+    results.push(server._tag === "Right" && server.right === 200
+      ? check("server reachable", "ok", `http://${config.host}:${config.port}/healthz`)
+      : check("server reachable", "FAIL", `http://${config.host}:${config.port}: ${server._tag === "Left" ? server.left.message : `HTTP ${server.right}`}`, "start it: `cursor-byok serve` (or `npm start`)"))
+
+    const authority = yield* Ca.load(config.home).pipe(Effect.either)
+    results.push(authority._tag === "Right"
+      ? check("CA valid and name-constrained", "ok", `${authority.right.certPath}, sha256 ${authority.right.fingerprint256.slice(0, 23)}…, expires ${authority.right.notAfter.toISOString().slice(0, 10)}`)
+      : check("CA valid and name-constrained", "FAIL", authority.left.message, authority.left.reason === "missing" ? "`cursor-byok setup`" : "`cursor-byok ca renew`, then `cursor-byok setup --trust`"))
+    const ca = Option.getRight(authority)
+
+    if (config.proxy.port === undefined) {
+      results.push(check("proxy listening", "off", "proxy.port is off", "set proxy.port (default 8788) for the IDE"))
+    } else if (Option.isNone(ca)) {
+      results.push(check("proxy listening", "FAIL", "cannot check without the CA", "fix the CA first"))
+    } else {
+      const proxied = yield* throughProxy(config.host, config.proxy.port, ca.value.certPem).pipe(Effect.either)
+      results.push(proxied._tag === "Right" && proxied.right === 200
+        ? check("proxy listening", "ok", `http://${config.host}:${config.proxy.port} intercepts api2.cursor.sh with our CA${config.proxy.offline ? " (offline)" : ""}`)
+        : check("proxy listening", "FAIL", proxied._tag === "Left" ? proxied.left.message : `ServerTime through the proxy: HTTP ${proxied.right}`, "start the server (`cursor-byok serve`); if it runs, the proxy port may be taken by another program"))
+    }
+
+    if (Option.isSome(ca)) {
+      const probes = yield* Trust.liveProbes
+      const trusted = yield* Trust.isTrusted(process.platform, { path: ca.value.certPath, pem: ca.value.certPem }, probes)
+      results.push(
+        trusted === "trusted"
+          ? check("CA trusted by this OS", "ok", process.platform)
+          : trusted === "untrusted"
+          ? check("CA trusted by this OS", "FAIL", `${process.platform}: the system store does not hold ${ca.value.commonName}`, "`cursor-byok setup --trust` (or the commands `cursor-byok setup` prints)")
+          : check("CA trusted by this OS", "warn", "cannot tell on this OS", "see `cursor-byok setup` for the trust commands")
+      )
+    }
+
+    const settingsPath = settingsPathOf(options.settingsPath)
+    const fs = yield* FileSystem.FileSystem
+    const text = (yield* fs.exists(settingsPath).pipe(Effect.orElseSucceed(() => false)))
+      ? yield* fs.readFileString(settingsPath).pipe(Effect.option, Effect.map(Option.getOrUndefined))
+      : undefined
+    const status = CursorSettings.status(text, desiredFor(config), settingsPath)
+    if (status._tag === "Left") {
+      results.push(check("Cursor settings applied", "FAIL", status.left.message, `fix ${settingsPath}`))
+    } else {
+      const wrong = status.right.filter((key) => key.state !== "applied")
+      results.push(wrong.length === 0
+        ? check("Cursor settings applied", "ok", settingsPath)
+        : check("Cursor settings applied", "FAIL", `${settingsPath}: ${wrong.map((key) => `${key.key} ${key.state}`).join(", ")}`, "`cursor-byok setup`"))
+    }
+
+    if (config.http2.tls === undefined) {
+      results.push(check("HTTP/2 listener (Run)", "off", "Cursor uses HTTP/1.1 (RunSSE) through the proxy", "optional: turn http2.tls on for Cursor's HTTP/2 mode"))
+    } else {
+      const h2 = yield* h2Listener(config.host, config.http2.tls.port, config.http2.tls.certFile === undefined ? Option.getOrUndefined(Option.map(ca, (a) => a.certPem)) : undefined).pipe(Effect.either)
+      results.push(h2._tag === "Right" && h2.right === "h2"
+        ? check("HTTP/2 listener (Run)", "ok", `https://${config.host}:${config.http2.tls.port} (ALPN h2)`)
+        : check("HTTP/2 listener (Run)", "FAIL", `https://${config.host}:${config.http2.tls.port}: ${h2._tag === "Left" ? h2.left.message : `ALPN ${h2.right}`}`, "start the server; or set http2.tls to null (then `cursor-byok setup` again)"))
+    }
+
+    for (const model of config.models) {
+      const answered = yield* probeModel(config, model.id).pipe(Effect.either)
+      results.push(answered._tag === "Right"
+        ? check(`model ${model.id}`, "ok", answered.right)
+        : check(`model ${model.id}`, "FAIL", answered.left.message, `check provider ${model.provider}'s key, base URL and model name`))
+    }
+    return results
+  })
+
+/** Lays the checks out as a table. */
+export const format = (results: ReadonlyArray<Check>) => {
+  const width = Math.max(...results.map((result) => result.name.length))
+  return results.map((result) =>
+    `${result.status.padEnd(4)}  ${result.name.padEnd(width)}  ${result.detail}${result.fix === "" || result.status === "ok" ? "" : `\n${" ".repeat(width + 8)}fix: ${result.fix}`}`
+  ).join("\n")
+}
+
+export const run = (options: { readonly settingsPath: string | undefined }) =>
+  Effect.gen(function*() {
+    const results = yield* checks(options)
+    yield* Console.log(format(results))
+    const failed = results.filter((result) => result.status === "FAIL").length
+    if (failed > 0) return yield* new DoctorFailed({ message: `${failed} of ${results.length} checks failed` })
+  })
