@@ -10,6 +10,7 @@ import type { ServerConfig } from "./Config.js"
 import { ConfigError } from "./Config.js"
 import * as Ca from "./hookup/Ca.js"
 import * as Proxy from "./hookup/Proxy.js"
+import { makeForwarder } from "./hookup/proxy/Forward.js"
 import { parseProxyUrl } from "./hookup/proxy/Upstream.js"
 import type { UpstreamProxy } from "./hookup/proxy/Upstream.js"
 import * as Run from "./transport/Run.js"
@@ -46,6 +47,32 @@ export const listenerTls = (
     return { port: tls.port, cert: leaf.certPem, key: leaf.keyPem }
   })
 
+/**
+ * The HTTP/2 listeners for `Run`. The TLS one is also the agent URL Cursor is given: what is
+ * not `Run` there (RunSSE, BidiAppend, side RPCs; HTTP/1.1 or HTTP/2) goes on to the HTTP/1.1
+ * server as bound, so Cursor's agent calls work whichever protocol it chooses for them.
+ */
+export const layerListeners = (config: ServerConfig, tls: Run.Http2Options["tls"]) =>
+  Layer.unwrapScoped(Effect.gen(function*() {
+    const address = (yield* HttpServer.HttpServer).address
+    const target = {
+      _tag: "Local" as const,
+      address: { host: config.host, port: address._tag === "TcpAddress" ? address.port : config.port },
+      http2: false
+    }
+    const forwarder = makeForwarder({ upstream: undefined, originCa: undefined })
+    yield* Effect.addFinalizer(() => Effect.sync(() => forwarder.close()))
+    return Run.layer({
+      host: config.host,
+      cleartextPort: config.http2.cleartextPort,
+      tls,
+      others: {
+        http1: (request, response) => forwarder.forward(request, response, target),
+        http2: (stream, headers) => forwarder.forwardStream(stream, headers, target)
+      }
+    })
+  }))
+
 export const upstreamOf = (config: ServerConfig): Effect.Effect<UpstreamProxy | undefined, ConfigError> => {
   if (config.proxy.upstream === undefined) return Effect.succeed(undefined)
   const parsed = parseProxyUrl(config.proxy.upstream)
@@ -55,19 +82,19 @@ export const upstreamOf = (config: ServerConfig): Effect.Effect<UpstreamProxy | 
 /** The proxy in front of this server's listeners as bound (the HTTP/1.1 port, and h2c for `Run`). */
 export const layerProxy = (config: ServerConfig, authority: Ca.Authority) =>
   Layer.unwrapEffect(Effect.gen(function*() {
-    if (config.proxy.port === undefined) return Layer.empty
+    if (config.proxy.port === undefined) return Layer.succeed(Proxy.ProxyEndpoint, { port: undefined })
     const upstream = yield* upstreamOf(config)
     const address = (yield* HttpServer.HttpServer).address
     const local = {
       port: address._tag === "TcpAddress" ? address.port : config.port,
       h2cPort: (yield* Run.Http2Endpoints).cleartextPort
     }
-    return Layer.discard(Proxy.layer({
+    return Proxy.layer({
       host: config.host,
       port: config.proxy.port,
       authority,
       routing: { local: new Set(SideRpcs.localProcedures), offline: config.proxy.offline },
       local: { host: config.host, port: local.port, h2cPort: local.h2cPort },
       upstream
-    }))
+    })
   }))

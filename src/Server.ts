@@ -19,7 +19,6 @@ import * as Runner from "./Runner.js"
 import * as Store from "./Store.js"
 import * as Tools from "./Tools.js"
 import * as Transport from "./Transport.js"
-import * as Run from "./transport/Run.js"
 import * as SideRpcs from "./transport/SideRpcs.js"
 
 /** A tool call's kind, and whether a restart may run it again (reads) or must not (shell, writes, MCP). */
@@ -136,8 +135,10 @@ export const layer = (config: ServerConfig) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     const authority = Hookup.needsCa(config) ? yield* Hookup.authorityFor(config) : undefined
     const tls = yield* Hookup.listenerTls(config, authority)
-    const listeners = Run.layer({ host: config.host, cleartextPort: config.http2.cleartextPort, tls })
-    const proxy = authority === undefined ? Layer.empty : Hookup.layerProxy(config, authority).pipe(Layer.provide(listeners))
+    const listeners = Hookup.layerListeners(config, tls)
+    const proxy = authority === undefined
+      ? Layer.succeed(Hookup.Proxy.ProxyEndpoint, { port: undefined })
+      : Hookup.layerProxy(config, authority).pipe(Layer.provide(listeners))
     return Layer.merge(proxy, listeners).pipe(
       Layer.provideMerge(layerApp(config)),
       Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, listenOptions(config.port, config.host))),

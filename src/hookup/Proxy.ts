@@ -43,8 +43,9 @@ export interface ProxyOptions {
   readonly idleHandshakeMs?: number | undefined
 }
 
+/** The proxy's bound port; undefined when the proxy is off. */
 export class ProxyEndpoint extends Context.Tag("cursor-byok/hookup/ProxyEndpoint")<ProxyEndpoint, {
-  readonly port: number
+  readonly port: number | undefined
 }>() {}
 
 const ESTABLISHED = "HTTP/1.1 200 Connection Established\r\n\r\n"

@@ -34,6 +34,15 @@ export interface Http2Options {
   readonly cleartextPort: number | undefined
   /** TLS with ALPN h2; undefined: off. */
   readonly tls: { readonly port: number; readonly cert: string | Buffer; readonly key: string | Buffer } | undefined
+  /**
+   * What the TLS listener does with everything but `Run` (HTTP/1.1 requests, other HTTP/2
+   * procedures): hand it on (to the HTTP/1.1 server, so the agent URL serves RunSSE, BidiAppend
+   * and the side RPCs too). Without it, a readable Connect error.
+   */
+  readonly others?: {
+    readonly http1: (request: Http.IncomingMessage, response: Http.ServerResponse) => void
+    readonly http2: (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders) => void
+  } | undefined
 }
 
 /** The bound listeners (ports as bound, for ephemeral ones). */
@@ -151,9 +160,14 @@ const serveRun = (transport: TransportService, stream: Http2.ServerHttp2Stream, 
     Effect.annotateLogs({ wire: "Run" })
   )
 
-const onStream = (transport: TransportService, runFork: <A, E>(effect: Effect.Effect<A, E, never>) => Fiber.RuntimeFiber<A, E>) =>
+const onStream = (
+  transport: TransportService,
+  runFork: <A, E>(effect: Effect.Effect<A, E, never>) => Fiber.RuntimeFiber<A, E>,
+  others?: (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders) => void
+) =>
   (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders) => {
     stream.on("error", () => undefined)
+    if (headers[":path"] !== RUN_PATH && others !== undefined) return others(stream, headers)
     if (headers[":path"] !== RUN_PATH || headers[":method"] !== "POST") {
       return refuse(stream, new ConnectError("unimplemented", `${headers[":method"]} ${headers[":path"]} is not served on the HTTP/2 port (only ${RUN_PATH})`))
     }
@@ -229,14 +243,16 @@ export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Config
       // Node's compatibility layer on every HTTP/2 stream: that one is removed, ours stays.
       const h2 = Http2.createSecureServer({ cert: options.tls.cert, key: options.tls.key, allowHTTP1: true, settings: { initialWindowSize: 1 << 20 } })
       const sessions = trackSessions(h2)
+      const others = options.others
       h2.on("request", (request: Http.IncomingMessage, response: Http.ServerResponse) => {
         if (request.httpVersionMajor === 2) return
+        if (others !== undefined) return others.http1(request, response)
         const body = http1RefusalBody(String(tlsPort))
         response.writeHead(505, { "content-type": "application/json", connection: "close" })
         response.end(body)
       })
       h2.removeAllListeners("stream")
-      h2.on("stream", handler)
+      h2.on("stream", others === undefined ? handler : onStream(transport, runFork, others.http2))
       h2.on("unknownProtocol", (socket: Tls.TLSSocket) => socket.end(http1Refusal(String(tlsPort))))
       tlsPort = yield* listen(h2, options.host, options.tls.port, "TLS")
       yield* Effect.addFinalizer(() => close(h2, sessions))

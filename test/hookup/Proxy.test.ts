@@ -81,7 +81,7 @@ const world = (overrides: Partial<Proxy.ProxyOptions> = {}) =>
       idleHandshakeMs: 300,
       ...overrides
     }))
-    const world: World = { proxyPort: Context.get(context, Proxy.ProxyEndpoint).port, ca, origin }
+    const world: World = { proxyPort: Context.get(context, Proxy.ProxyEndpoint).port!, ca, origin }
     return world
   })
 

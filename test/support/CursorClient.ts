@@ -20,6 +20,7 @@ import { spawn } from "node:child_process"
 import { createHash, randomUUID } from "node:crypto"
 import { mkdir, readdir, readFile, stat, unlink, writeFile } from "node:fs/promises"
 import * as http from "node:http"
+import * as https from "node:https"
 import { dirname, isAbsolute, join, relative, resolve } from "node:path"
 import { performance } from "node:perf_hooks"
 import { gunzipSync } from "node:zlib"
@@ -75,6 +76,9 @@ export const sha256Hex = (bytes: Uint8Array): string => createHash("sha256").upd
 export const blobIdBytes = (data: Uint8Array): Uint8Array => new Uint8Array(createHash("sha256").update(data).digest())
 
 export type AgentClientMessageInit = MessageInitShape<typeof AgentClientMessageSchema>
+
+/** http.request, or https.request for an https URL (a client through the proxy). */
+const requestOf = (url: URL): typeof http.request => url.protocol === "https:" ? https.request : http.request
 
 /** The HTTP request of a RunSSE: the route, Connect's headers and the request id. */
 const runSseRequestOptions = (url: URL, requestId: string, body: Uint8Array, agent: http.Agent | false, headers: Readonly<Record<string, string>> = {}): http.RequestOptions => ({
@@ -791,6 +795,8 @@ export interface CursorClientOptions {
    * `order` do not apply).
    */
   readonly wire?: "sse" | "run"
+  /** The HTTP agent for RunSSE and the unary calls (e.g. an https.Agent through the proxy, for an https baseUrl). */
+  readonly agent?: http.Agent
   /** The h2c base URL of `Run` (`http://127.0.0.1:<h2port>`); required with `wire: "run"`. */
   readonly runUrl?: string
 }
@@ -823,7 +829,7 @@ export class CursorClient {
 
   constructor(readonly options: CursorClientOptions) {
     this.url = new URL(options.baseUrl)
-    this.agent = new http.Agent({ keepAlive: true, maxSockets: 64 })
+    this.agent = options.agent ?? new http.Agent({ keepAlive: true, maxSockets: 64 })
     if (options.wire === "run") {
       if (options.runUrl === undefined) throw new Error(`CursorClient: wire "run" needs runUrl (the h2c base URL of AgentService/Run)`)
       this.runConnection = new RunConnection(options.runUrl)
@@ -843,7 +849,7 @@ export class CursorClient {
   /** One unary POST (BidiAppend and the model/config RPCs). */
   post(path: string, body: Uint8Array, headers: Readonly<Record<string, string>> = {}): Promise<RawResponse> {
     return new Promise((resolvePost, reject) => {
-      const request = http.request({
+      const request = requestOf(this.url)({
         host: this.url.hostname,
         port: this.url.port,
         path,
@@ -1258,7 +1264,7 @@ export class Turn {
     const url = new URL(this.client.options.baseUrl)
     return new Promise((resolveOpen) => {
       const headers = { "x-cursor-streaming": "true", ...this.client.options.extraHeaders }
-      const request = http.request(runSseRequestOptions(url, this.requestId, body, this.client.agent, headers), (response) => {
+      const request = requestOf(url)(runSseRequestOptions(url, this.requestId, body, this.client.agent, headers), (response) => {
         connection.headers = response.headers
         resolveOpen()
         if (response.statusCode !== 200) this.problems.push(`RunSSE answered HTTP ${response.statusCode}`)

@@ -5,6 +5,7 @@
  */
 import * as Http from "node:http"
 import * as Http2 from "node:http2"
+import * as Https from "node:https"
 import * as Net from "node:net"
 import * as Tls from "node:tls"
 
@@ -129,4 +130,16 @@ export const fakeUpstreamProxy = async () => {
     targets,
     close: () => new Promise<void>((resolve) => server.close(() => resolve()))
   }
+}
+
+/** An https.Agent whose connections go through the proxy (CONNECT, then TLS trusting only `ca`), as Cursor's are. */
+export const proxyAgent = (proxyPort: number, ca: ReadonlyArray<string>): Https.Agent => {
+  const agent = new Https.Agent({ keepAlive: true, maxSockets: 64 })
+  const connect = (options: { readonly host?: string | null; readonly port?: number | string | null }, done: (error: Error | null, socket?: Net.Socket) => void) => {
+    const host = options.host ?? "localhost"
+    tlsVia(proxyPort, host, Number(options.port ?? 443), ca, ["http/1.1"]).then((socket) => done(null, socket), (error: Error) => done(error))
+    return undefined
+  }
+  ;(agent as unknown as { createConnection: typeof connect }).createConnection = connect
+  return agent
 }

@@ -180,9 +180,36 @@ export const makeForwarder = (options: ForwardOptions) => {
     }, (error: Error) => failed(response, `${target._tag === "Local" ? "this server" : target.servername}: ${error.message}`))
   }
 
+  /** An HTTP/2 server stream (outside the compatibility API) to an HTTP/1.1 target. */
+  const streamViaHttp1 = (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders, target: Extract<Target, { _tag: "Local" }>) => {
+    stream.on("error", () => undefined)
+    const outgoing = Http.request({
+      host: target.address.host,
+      port: target.address.port,
+      method: String(headers[":method"] ?? "GET"),
+      path: String(headers[":path"] ?? "/"),
+      headers: { ...endToEnd(headers), host: String(headers[":authority"] ?? target.address.host) },
+      agent: h1Agent(target)
+    })
+    outgoing.on("response", (answer) => {
+      if (stream.destroyed) return void answer.destroy()
+      stream.respond({ ":status": answer.statusCode ?? 502, ...endToEnd(answer.headers) })
+      answer.pipe(stream)
+    })
+    outgoing.on("error", (error) => {
+      if (stream.destroyed) return
+      if (stream.headersSent) return void stream.close(Http2.constants.NGHTTP2_INTERNAL_ERROR)
+      stream.respond({ ":status": 502, "content-type": "application/json" })
+      stream.end(JSON.stringify({ code: "unavailable", message: `this server: ${error.message}` }))
+    })
+    stream.pipe(outgoing)
+    stream.on("close", () => outgoing.destroy())
+  }
+
   return {
     forward: (request: ClientRequest, response: ClientResponse, target: Target) =>
       target.http2 ? viaHttp2(request, response, target) : viaHttp1(request, response, target),
+    forwardStream: streamViaHttp1,
     close: () => {
       for (const agent of h1Agents.values()) agent.destroy()
       for (const session of h2Sessions.values()) session.then((s) => s.close(), () => undefined)
