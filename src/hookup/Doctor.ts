@@ -118,13 +118,20 @@ const probeModel = (config: ServerConfig, model: string) =>
     return `first token ${ttft} ms,${rate || " 1 token"}`
   }).pipe(Effect.provide(Router.layer(config.router)), Effect.provide(NodeHttpClient.layerUndici))
 
-export const checks = (options: { readonly settingsPath: string | undefined }) =>
+export interface CheckOptions {
+  readonly config: ServerConfig
+  /** Cursor's settings.json (resolved). */
+  readonly settingsPath: string
+  /** How the OS's trust in the CA is looked at (`Trust.liveProbes` for real). */
+  readonly probes: Trust.Probes
+  readonly platform: NodeJS.Platform
+}
+
+/** Every check, in the order a user fixes them. */
+export const checks = (options: CheckOptions) =>
   Effect.gen(function*() {
-    const results: Array<Check> = []
-    const loaded = yield* Config.load.pipe(Effect.either)
-    if (loaded._tag === "Left") return [check("configuration", "FAIL", loaded.left.message, "fix the configuration file or variables named above")]
-    const config = loaded.right
-    results.push(check("configuration", "ok", `${config.models.length} models, home ${config.home}`))
+    const config = options.config
+    const results: Array<Check> = [check("configuration", "ok", `${config.models.length} models, home ${config.home}`)]
 
     const server = yield* healthz(config.host, config.port).pipe(Effect.either)
     results.push(server._tag === "Right" && server.right === 200
@@ -149,18 +156,17 @@ export const checks = (options: { readonly settingsPath: string | undefined }) =
     }
 
     if (Option.isSome(ca)) {
-      const probes = yield* Trust.liveProbes
-      const trusted = yield* Trust.isTrusted(process.platform, { path: ca.value.certPath, pem: ca.value.certPem }, probes)
+      const trusted = yield* Trust.isTrusted(options.platform, { path: ca.value.certPath, pem: ca.value.certPem }, options.probes)
       results.push(
         trusted === "trusted"
-          ? check("CA trusted by this OS", "ok", process.platform)
+          ? check("CA trusted by this OS", "ok", options.platform)
           : trusted === "untrusted"
-          ? check("CA trusted by this OS", "FAIL", `${process.platform}: the system store does not hold ${ca.value.commonName}`, "`cursor-byok setup --trust` (or the commands `cursor-byok setup` prints)")
+          ? check("CA trusted by this OS", "FAIL", `${options.platform}: the system store does not hold ${ca.value.commonName}`, "`cursor-byok setup --trust` (or the commands `cursor-byok setup` prints)")
           : check("CA trusted by this OS", "warn", "cannot tell on this OS", "see `cursor-byok setup` for the trust commands")
       )
     }
 
-    const settingsPath = settingsPathOf(options.settingsPath)
+    const settingsPath = options.settingsPath
     const fs = yield* FileSystem.FileSystem
     const text = (yield* fs.exists(settingsPath).pipe(Effect.orElseSucceed(() => false)))
       ? yield* fs.readFileString(settingsPath).pipe(Effect.option, Effect.map(Option.getOrUndefined))
@@ -203,7 +209,17 @@ export const format = (results: ReadonlyArray<Check>) => {
 
 export const run = (options: { readonly settingsPath: string | undefined }) =>
   Effect.gen(function*() {
-    const results = yield* checks(options)
+    const loaded = yield* Config.load.pipe(Effect.either)
+    if (loaded._tag === "Left") {
+      yield* Console.log(format([check("configuration", "FAIL", loaded.left.message, "fix the configuration file or variables named above")]))
+      return yield* new DoctorFailed({ message: "the configuration does not load" })
+    }
+    const results = yield* checks({
+      config: loaded.right,
+      settingsPath: settingsPathOf(options.settingsPath),
+      probes: yield* Trust.liveProbes,
+      platform: process.platform
+    })
     yield* Console.log(format(results))
     const failed = results.filter((result) => result.status === "FAIL").length
     if (failed > 0) return yield* new DoctorFailed({ message: `${failed} of ${results.length} checks failed` })

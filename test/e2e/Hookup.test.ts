@@ -6,52 +6,18 @@
  * RunSSE and the side RPCs on to the HTTP/1.1 server, over HTTP/1.1 and HTTP/2 alike.
  */
 import { fromBinary, toBinary, create } from "@bufbuild/protobuf"
-import { HttpServer } from "@effect/platform"
-import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, FiberRef, Layer, LogLevel, Schema } from "effect"
+import { Effect } from "effect"
 import * as Http2 from "node:http2"
 import * as Https from "node:https"
-import * as Config from "../../src/Config.js"
 import { AvailableModelsRequestSchema, AvailableModelsResponseSchema, GetServerConfigResponseSchema, Http2Config } from "../../src/gen/aiserver/v1/aiserver_pb.js"
-import * as Ca from "../../src/hookup/Ca.js"
-import * as Proxy from "../../src/hookup/Proxy.js"
-import * as Server from "../../src/Server.js"
-import * as Run from "../../src/transport/Run.js"
-import * as AppHarness from "../support/AppHarness.js"
 import { CursorClient } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
+import * as HookupHarness from "../support/HookupHarness.js"
 import { http1Via, proxyAgent } from "../support/ProxyClient.js"
-import { assertCleanOk, tempDirectory } from "../support/Transcripts.js"
+import { assertCleanOk } from "../support/Transcripts.js"
 
-/** The whole server with every listener on an ephemeral port and a CA home of its own. */
-const serve = Effect.gen(function*() {
-  const provider = yield* FakeProvider.make
-  const dir = yield* tempDirectory("cursor-byok-hookup-")
-  const file = Schema.decodeUnknownSync(Config.FileConfig)({
-    ...AppHarness.fileConfigJson(provider.baseUrl, {
-      port: 0,
-      home: `${dir}/home`,
-      proxy: { port: 0 },
-      http2: { cleartextPort: 0, tls: { port: 0 } }
-    }),
-    database: `${dir}/byok.sqlite`
-  })
-  const config = Config.resolve(file, { [AppHarness.API_KEY_ENV]: AppHarness.API_KEY })
-  const context = yield* Layer.build(Server.layer(config).pipe(Layer.provide(NodeContext.layer))).pipe(
-    Effect.orDie,
-    Effect.locally(FiberRef.currentMinimumLogLevel, LogLevel.Error)
-  )
-  const address = Context.get(context, HttpServer.HttpServer).address
-  const ca = yield* Ca.load(config.home).pipe(Effect.provide(NodeContext.layer), Effect.orDie)
-  return {
-    provider,
-    ca,
-    port: address._tag === "TcpAddress" ? address.port : 0,
-    proxyPort: Context.get(context, Proxy.ProxyEndpoint).port!,
-    tlsPort: Context.get(context, Run.Http2Endpoints).tlsPort!
-  }
-})
+const serve = HookupHarness.make()
 
 describe("the IDE hookup on the real server", () => {
   it.scopedLive("through the proxy, trusting only our CA: the model list and a whole RunSSE turn reach this server", () =>
