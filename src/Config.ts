@@ -292,6 +292,27 @@ export const decodeFile = (path: string, text: string): Effect.Effect<FileConfig
 
 const environment = Effect.sync(() => ({ ...process.env }) as Readonly<Record<string, string | undefined>>)
 
+/** The checks a resolved configuration must pass (ports, the TLS files in pairs). */
+export const validate = (config: ServerConfig, env: Readonly<Record<string, string | undefined>>): Effect.Effect<ServerConfig, ConfigError> =>
+  Effect.gen(function*() {
+    if (!Number.isInteger(config.port) || config.port < 0 || config.port > 65535) {
+      return yield* new ConfigError({ message: `BYOK_PORT must be a port number (0-65535), got ${env["BYOK_PORT"]}` })
+    }
+    if (!isPort(config.http2.cleartextPort)) {
+      return yield* new ConfigError({ message: `BYOK_H2C_PORT must be a port number (0-65535) or off, got ${env["BYOK_H2C_PORT"]}` })
+    }
+    if (config.http2.tls !== undefined && !isPort(config.http2.tls.port)) {
+      return yield* new ConfigError({ message: `BYOK_TLS_PORT must be a port number (0-65535) or off, got ${env["BYOK_TLS_PORT"]}` })
+    }
+    if (!isPort(config.proxy.port)) {
+      return yield* new ConfigError({ message: `BYOK_PROXY_PORT must be a port number (0-65535) or off, got ${env["BYOK_PROXY_PORT"]}` })
+    }
+    if ((config.http2.tls?.certFile === undefined) !== (config.http2.tls?.keyFile === undefined)) {
+      return yield* new ConfigError({ message: "the TLS listener takes both a certificate and a key (http2.tls.certFile and keyFile, or BYOK_TLS_CERT and BYOK_TLS_KEY), or neither (the CA's leaf)" })
+    }
+    return config
+  })
+
 /** Loads the configuration: the file if any, the environment, validated. */
 export const load: Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSystem> = Effect.gen(function*() {
   const fs = yield* FileSystem.FileSystem
@@ -306,23 +327,7 @@ export const load: Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSyste
     )
     : Schema.decodeSync(FileConfig)({})
   const env = yield* environment
-  const config = resolve(file, env)
-  if (!Number.isInteger(config.port) || config.port < 0 || config.port > 65535) {
-    return yield* new ConfigError({ message: `BYOK_PORT must be a port number (0-65535), got ${env["BYOK_PORT"]}` })
-  }
-  if (!isPort(config.http2.cleartextPort)) {
-    return yield* new ConfigError({ message: `BYOK_H2C_PORT must be a port number (0-65535) or off, got ${env["BYOK_H2C_PORT"]}` })
-  }
-  if (config.http2.tls !== undefined && !isPort(config.http2.tls.port)) {
-    return yield* new ConfigError({ message: `BYOK_TLS_PORT must be a port number (0-65535) or off, got ${env["BYOK_TLS_PORT"]}` })
-  }
-  if (!isPort(config.proxy.port)) {
-    return yield* new ConfigError({ message: `BYOK_PROXY_PORT must be a port number (0-65535) or off, got ${env["BYOK_PROXY_PORT"]}` })
-  }
-  if ((config.http2.tls?.certFile === undefined) !== (config.http2.tls?.keyFile === undefined)) {
-    return yield* new ConfigError({ message: "the TLS listener takes both a certificate and a key (http2.tls.certFile and keyFile, or BYOK_TLS_CERT and BYOK_TLS_KEY), or neither (the CA's leaf)" })
-  }
-  return config
+  return yield* validate(resolve(file, env), env)
 })
 
 export const layer: Layer.Layer<AppConfig, ConfigError, FileSystem.FileSystem> = Layer.effect(AppConfig, load)

@@ -1,6 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Redacted, Schema } from "effect"
-import { decodeFile, FileConfig, resolve } from "../src/Config.js"
+import { homedir } from "node:os"
+import { join } from "node:path"
+import { decodeFile, FileConfig, resolve, validate } from "../src/Config.js"
 
 const empty = Schema.decodeSync(FileConfig)({})
 
@@ -68,5 +70,38 @@ describe("Config", () => {
       models: [{ id: "m", provider: "b", upstreamModel: "x" }]
     })
     assert.isTrue(resolve(file, {}).notices.some((n) => n.includes("names provider b")))
+  })
+
+  describe("the IDE hookup's keys", () => {
+    it("default: the proxy on 8788 (online), the TLS listener on 8790 with the CA's leaf, the CA in ~/.cursor-byok", () => {
+      const config = resolve(empty, {})
+      assert.deepStrictEqual(config.proxy, { port: 8788, offline: false, upstream: undefined })
+      assert.deepStrictEqual(config.http2.tls, { port: 8790, certFile: undefined, keyFile: undefined })
+      assert.strictEqual(config.home, join(homedir(), ".cursor-byok"))
+    })
+
+    it("the environment turns them off, moves them, goes offline and names the upstream proxy (BYOK_UPSTREAM_PROXY over HTTPS_PROXY)", () => {
+      const off = resolve(empty, { BYOK_PROXY_PORT: "off", BYOK_TLS_PORT: "off", BYOK_HOME: "/tmp/h" })
+      assert.strictEqual(off.proxy.port, undefined)
+      assert.strictEqual(off.http2.tls, undefined)
+      assert.strictEqual(off.home, "/tmp/h")
+      const moved = resolve(empty, { BYOK_PROXY_PORT: "9001", BYOK_TLS_PORT: "9002", BYOK_OFFLINE: "1", HTTPS_PROXY: "http://corp:3128" })
+      assert.deepStrictEqual(moved.proxy, { port: 9001, offline: true, upstream: "http://corp:3128" })
+      assert.strictEqual(moved.http2.tls?.port, 9002)
+      assert.strictEqual(resolve(empty, { HTTPS_PROXY: "http://corp:3128", BYOK_UPSTREAM_PROXY: "http://mine:8080" }).proxy.upstream, "http://mine:8080")
+    })
+
+    it("the file turns the TLS listener off with null; PEM files replace the CA's leaf, and only in pairs", () => {
+      const file = Schema.decodeSync(FileConfig)({ http2: { tls: null }, proxy: { port: null, offline: true } })
+      const config = resolve(file, {})
+      assert.strictEqual(config.http2.tls, undefined)
+      assert.deepStrictEqual(config.proxy, { port: undefined, offline: true, upstream: undefined })
+      const withFiles = resolve(empty, { BYOK_TLS_CERT: "/c.pem", BYOK_TLS_KEY: "/k.pem" })
+      assert.deepStrictEqual(withFiles.http2.tls, { port: 8790, certFile: "/c.pem", keyFile: "/k.pem" })
+      const half = Effect.runSync(Effect.flip(validate(resolve(empty, { BYOK_TLS_CERT: "/c.pem" }), {})))
+      assert.include(half.message, "both a certificate and a key")
+      const badPort = Effect.runSync(Effect.flip(validate(resolve(empty, { BYOK_PROXY_PORT: "nope" }), { BYOK_PROXY_PORT: "nope" })))
+      assert.include(badPort.message, "BYOK_PROXY_PORT")
+    })
   })
 })
