@@ -8,6 +8,7 @@ import * as Ack from "./ack.js"
 import * as Cost from "./cost.js"
 import * as Latency from "./latency.js"
 import * as Memory from "./memory.js"
+import * as Proxy from "./proxy.js"
 import * as Sse from "./sse.js"
 import * as Store from "./store.js"
 import * as Throughput from "./throughput.js"
@@ -19,7 +20,8 @@ const benches: Record<string, () => Promise<string>> = {
   throughput: async () => (await Throughput.run()).markdown,
   ack: async () => (await Ack.run()).markdown,
   memory: async () => (await Memory.run()).markdown,
-  cost: async () => (await Cost.run()).markdown
+  cost: async () => (await Cost.run()).markdown,
+  proxy: async () => (await Proxy.run()).markdown
 }
 
 const wanted = process.argv.slice(2)

@@ -6,6 +6,7 @@
  */
 import { FileSystem, HttpServer } from "@effect/platform"
 import { Effect, Layer } from "effect"
+import type * as Http from "node:http"
 import type { ServerConfig } from "./Config.js"
 import { ConfigError } from "./Config.js"
 import * as Ca from "./hookup/Ca.js"
@@ -47,12 +48,15 @@ export const listenerTls = (
     return { port: tls.port, cert: leaf.certPem, key: leaf.keyPem }
   })
 
+/** Hands an HTTP/1.1 request to this server's own HTTP server, in process (no loopback hop). */
+export type Dispatch = (request: Http.IncomingMessage, response: Http.ServerResponse) => void
+
 /**
  * The HTTP/2 listeners for `Run`. The TLS one is also the agent URL Cursor is given: what is
  * not `Run` there (RunSSE, BidiAppend, side RPCs; HTTP/1.1 or HTTP/2) goes on to the HTTP/1.1
  * server as bound, so Cursor's agent calls work whichever protocol it chooses for them.
  */
-export const layerListeners = (config: ServerConfig, tls: Run.Http2Options["tls"]) =>
+export const layerListeners = (config: ServerConfig, tls: Run.Http2Options["tls"], dispatch: Dispatch) =>
   Layer.unwrapScoped(Effect.gen(function*() {
     const address = (yield* HttpServer.HttpServer).address
     const target = {
@@ -67,7 +71,7 @@ export const layerListeners = (config: ServerConfig, tls: Run.Http2Options["tls"
       cleartextPort: config.http2.cleartextPort,
       tls,
       others: {
-        http1: (request, response) => forwarder.forward(request, response, target),
+        http1: dispatch,
         http2: (stream, headers) => forwarder.forwardStream(stream, headers, target)
       }
     })
@@ -80,7 +84,7 @@ export const upstreamOf = (config: ServerConfig): Effect.Effect<UpstreamProxy | 
 }
 
 /** The proxy in front of this server's listeners as bound (the HTTP/1.1 port, and h2c for `Run`). */
-export const layerProxy = (config: ServerConfig, authority: Ca.Authority) =>
+export const layerProxy = (config: ServerConfig, authority: Ca.Authority, dispatch: Dispatch) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     if (config.proxy.port === undefined) return Layer.succeed(Proxy.ProxyEndpoint, { port: undefined })
     const upstream = yield* upstreamOf(config)
@@ -94,7 +98,7 @@ export const layerProxy = (config: ServerConfig, authority: Ca.Authority) =>
       port: config.proxy.port,
       authority,
       routing: { local: new Set(SideRpcs.localProcedures), offline: config.proxy.offline },
-      local: { host: config.host, port: local.port, h2cPort: local.h2cPort },
+      local: { host: config.host, port: local.port, h2cPort: local.h2cPort, dispatch },
       upstream
     })
   }))

@@ -135,13 +135,16 @@ export const layer = (config: ServerConfig) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     const authority = Hookup.needsCa(config) ? yield* Hookup.authorityFor(config) : undefined
     const tls = yield* Hookup.listenerTls(config, authority)
-    const listeners = Hookup.layerListeners(config, tls)
+    // One Node server: the proxy and the TLS listener hand HTTP/1.1 requests to it in process.
+    const httpServer = makeHttpServer()
+    const dispatch: Hookup.Dispatch = (request, response) => void httpServer.emit("request", request, response)
+    const listeners = Hookup.layerListeners(config, tls, dispatch)
     const proxy = authority === undefined
       ? Layer.succeed(Hookup.Proxy.ProxyEndpoint, { port: undefined })
-      : Hookup.layerProxy(config, authority).pipe(Layer.provide(listeners))
+      : Hookup.layerProxy(config, authority, dispatch).pipe(Layer.provide(listeners))
     return Layer.merge(proxy, listeners).pipe(
       Layer.provideMerge(layerApp(config)),
-      Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, listenOptions(config.port, config.host))),
+      Layer.provideMerge(NodeHttpServer.layer(() => httpServer, listenOptions(config.port, config.host))),
       Layer.provide(NodeHttpClient.layerUndici)
     )
   }))

@@ -21,6 +21,8 @@ export interface Child {
   readonly h2cPort: number | undefined
   /** `http://127.0.0.1:<h2c port>` (empty when there is none). */
   readonly h2cUrl: string
+  /** The intercepting proxy's port (a server started with `BENCH_PROXY=1`). */
+  readonly proxyPort: number | undefined
   /** Last lines the child printed (logs), for diagnostics. */
   readonly output: () => string
   /** Full GC in the child (when it has `--expose-gc`); resolves with its `process.memoryUsage()`. */
@@ -99,13 +101,14 @@ const launch = (script: string, options: ChildOptions): Promise<Child> =>
     child.stderr!.setEncoding("utf8").on("data", keep)
     child.stdout!.setEncoding("utf8").on("data", (text: string) => {
       keep(text)
-      const match = /READY (\d+) (\d+)(?: (\d+))?/.exec(text)
+      const match = /READY (\d+) (\d+)(?: (\d+))?(?: (\d+))?/.exec(text)
       if (match === null || ready) return
       ready = true
       clearTimeout(timer)
       const port = Number(match[1])
       const pid = Number(match[2])
       const h2cPort = match[3] !== undefined ? Number(match[3]) : undefined
+      const proxyPort = match[4] !== undefined ? Number(match[4]) : undefined
       const exited = new Promise<void>((done) => child.once("exit", () => done()))
       resolve({
         pid,
@@ -113,6 +116,7 @@ const launch = (script: string, options: ChildOptions): Promise<Child> =>
         baseUrl: `http://127.0.0.1:${port}`,
         h2cPort,
         h2cUrl: h2cPort !== undefined ? `http://127.0.0.1:${h2cPort}` : "",
+        proxyPort,
         output: () => lines.join("\n"),
         gc: () => ask({ op: "gc" }).then((answer) => answer["memory"] as NodeJS.MemoryUsage),
         profileStart: (intervalUs = 200) => ask({ op: "profile-start", intervalUs }).then(() => undefined),

@@ -3,8 +3,9 @@
  * undici HTTP client, Node HTTP server, the HTTP/2 `Run` listener) built from the `FileConfig`
  * JSON in `BENCH_CONFIG`, on ephemeral loopback ports: the HTTP/1.1 port and the h2c port of
  * `agent.v1.AgentService/Run` are both 0 (never the default 8789, so a bench server does not
- * collide with a server running on this machine, or with another bench), TLS off. Prints
- * `READY <port> <pid> <h2c port>` once listening. Debug hook: see ipc.ts.
+ * collide with a server running on this machine, or with another bench), TLS off, the proxy
+ * off unless `BENCH_PROXY=1` (then on port 0 too). Prints `READY <port> <pid> <h2c port>
+ * [<proxy port>]` once listening. Debug hook: see ipc.ts.
  *
  *   node --expose-gc --import tsx bench/support/serve.ts
  */
@@ -12,6 +13,7 @@ import { HttpServer } from "@effect/platform"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Effect, Schema } from "effect"
 import * as Config from "../../src/Config.js"
+import * as Proxy from "../../src/hookup/Proxy.js"
 import * as Server from "../../src/Server.js"
 import * as Run from "../../src/transport/Run.js"
 import { installDebugHook } from "./ipc.js"
@@ -19,7 +21,15 @@ import { installDebugHook } from "./ipc.js"
 installDebugHook()
 const file = Schema.decodeUnknownSync(Config.FileConfig)(JSON.parse(process.env["BENCH_CONFIG"] ?? "{}"))
 const resolved = Config.resolve(file, {})
-const config = { ...resolved, host: "127.0.0.1", port: 0, http2: { ...resolved.http2, cleartextPort: 0, tls: undefined }, proxy: { ...resolved.proxy, port: undefined } }
+// The proxy only when the bench asks (BENCH_PROXY=1, with `home` in BENCH_CONFIG for its CA), on an ephemeral port.
+const withProxy = process.env["BENCH_PROXY"] === "1"
+const config = {
+  ...resolved,
+  host: "127.0.0.1",
+  port: 0,
+  http2: { ...resolved.http2, cleartextPort: 0, tls: undefined },
+  proxy: { ...resolved.proxy, port: withProxy ? 0 : undefined, upstream: undefined }
+}
 
 const program = Effect.gen(function*() {
   const server = yield* HttpServer.HttpServer
@@ -27,7 +37,8 @@ const program = Effect.gen(function*() {
   if (address._tag !== "TcpAddress") return yield* Effect.dieMessage("not on TCP")
   const { cleartextPort } = yield* Run.Http2Endpoints
   if (cleartextPort === undefined) return yield* Effect.dieMessage("the h2c listener of Run is off")
-  process.stdout.write(`READY ${address.port} ${process.pid} ${cleartextPort}\n`)
+  const proxy = yield* Proxy.ProxyEndpoint
+  process.stdout.write(`READY ${address.port} ${process.pid} ${cleartextPort}${proxy.port === undefined ? "" : ` ${proxy.port}`}\n`)
   return yield* Effect.never
 }).pipe(Effect.provide(Server.layer(config)), Effect.provide(NodeContext.layer))
 

@@ -32,8 +32,16 @@ export interface ProxyOptions {
   readonly port: number
   readonly authority: Ca.Authority
   readonly routing: RoutingTable
-  /** This server's own listeners: HTTP/1.1 (unary calls, RunSSE, BidiAppend) and h2c (`Run`), when on. */
-  readonly local: { readonly host: string; readonly port: number; readonly h2cPort: number | undefined }
+  /**
+   * This server's own listeners: HTTP/1.1 (unary calls, RunSSE, BidiAppend) and h2c (`Run`),
+   * when on; and, when given, its HTTP server in process, for a client speaking HTTP/1.1.
+   */
+  readonly local: {
+    readonly host: string
+    readonly port: number
+    readonly h2cPort: number | undefined
+    readonly dispatch?: ((request: Http.IncomingMessage, response: Http.ServerResponse) => void) | undefined
+  }
   readonly upstream: UpstreamProxy | undefined
   /** Where a host's connections really go (tests point Cursor's hosts at a fake origin); identity otherwise. */
   readonly resolve?: ((target: Address) => Address) | undefined
@@ -82,6 +90,8 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
       const http2 = request.httpVersionMajor === 2
       if (routeOf(options.routing, request.url ?? "/") === "local") {
         const toRun = (request.url ?? "").startsWith("/agent.v1.AgentService/Run") && !(request.url ?? "").startsWith("/agent.v1.AgentService/RunSSE")
+        const dispatch = options.local.dispatch
+        if (!http2 && !toRun && dispatch !== undefined) return dispatch(request as Http.IncomingMessage, response as Http.ServerResponse)
         const h2c = toRun && options.local.h2cPort !== undefined
         forwarder.forward(request, response, {
           _tag: "Local",
