@@ -36,8 +36,9 @@ const serve = Command.make("serve", {}, () => serveProgram).pipe(
 
 const setup = Command.make("setup", {
   settings: settingsOption,
-  trust: Options.boolean("trust").pipe(Options.withDescription("Also run the commands that make this OS trust the CA"))
-}, ({ settings, trust }) => Setup.setup({ settingsPath: Option.getOrUndefined(settings), trust })).pipe(
+  trust: Options.boolean("trust").pipe(Options.withDescription("Also run the commands that make this OS trust the CA")),
+  http1: Options.boolean("http1").pipe(Options.withDescription("Keep Cursor on HTTP/1.1 (cursor.general.disableHttp2) even with the TLS listener on"))
+}, ({ settings, trust, http1 }) => Setup.setup({ settingsPath: Option.getOrUndefined(settings), trust, http1 })).pipe(
   Command.withDescription("Point Cursor at this server: make the CA, write Cursor's proxy settings (journaled), print how to trust the CA")
 )
 

@@ -19,12 +19,12 @@ export class SetupError extends Schema.TaggedError<SetupError>("cursor-byok/Setu
 export const settingsPathOf = (override: string | undefined) =>
   override ?? CursorSettings.defaultSettingsPath(process.platform, process.env, Os.homedir())
 
-/** What setup writes into Cursor's settings for this configuration. */
-export const desiredFor = (config: ServerConfig) =>
+/** What setup writes into Cursor's settings for this configuration (`http1`: keep Cursor on HTTP/1.1 regardless). */
+export const desiredFor = (config: ServerConfig, http1 = false) =>
   CursorSettings.desired({
     proxyUrl: `http://${config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host}:${config.proxy.port ?? 8788}`,
     // Cursor's HTTP/2 client ignores http.proxy: without the TLS listener, HTTP/1.1 (RunSSE) is the way in.
-    disableHttp2: config.http2.tls === undefined
+    disableHttp2: http1 || config.http2.tls === undefined
   })
 
 const show = (value: unknown) => value === undefined ? "(absent)" : JSON.stringify(value)
@@ -48,7 +48,7 @@ const printCommands = (title: string, commands: ReadonlyArray<Trust.TrustCommand
     }
   })
 
-export const setup = (options: { readonly settingsPath: string | undefined; readonly trust: boolean }) =>
+export const setup = (options: { readonly settingsPath: string | undefined; readonly trust: boolean; readonly http1?: boolean }) =>
   Effect.gen(function*() {
     const config = yield* Config.load
     if (config.proxy.port === undefined) {
@@ -56,7 +56,7 @@ export const setup = (options: { readonly settingsPath: string | undefined; read
     }
     const authority = yield* Ca.ensure(config.home)
     const settingsPath = settingsPathOf(options.settingsPath)
-    const summary = yield* CursorSettings.setup(settingsPath, CursorSettings.defaultJournalPath(settingsPath), desiredFor(config))
+    const summary = yield* CursorSettings.setup(settingsPath, CursorSettings.defaultJournalPath(settingsPath), desiredFor(config, options.http1 ?? false))
     yield* printSummary(summary)
     yield* Console.log(`CA: ${authority.certPath} (${authority.commonName}; it may sign only ${[...Ca.permitted.dns, ...Ca.permitted.ip].join(", ")})`)
     const commands = Trust.trustCommands(process.platform, authority.certPath, yield* trustOptions(authority))
