@@ -73,6 +73,20 @@ describe("the cursor-byok command", () => {
       assert.include(again.output, "nothing to undo")
     }))
 
+  it.scopedLive("with the TLS listener on, setup leaves HTTP/2 to Cursor; setup --http1 keeps it on HTTP/1.1", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDirectory("cursor-byok-cli-")
+      withConfig(dir, { proxy: { port: 18788 } })
+      const plain = yield* cli(dir, ["setup"])
+      assert.strictEqual(plain.code, 0, plain.output)
+      assert.notInclude(readFileSync(join(dir, "settings.json"), "utf8"), "disableHttp2")
+      const http1 = yield* cli(dir, ["setup", "--http1"])
+      assert.strictEqual(http1.code, 0, http1.output)
+      assert.include(readFileSync(join(dir, "settings.json"), "utf8"), "\"cursor.general.disableHttp2\": true")
+      assert.strictEqual((yield* cli(dir, ["unsetup"])).code, 0)
+      assert.throws(() => readFileSync(join(dir, "settings.json")), /ENOENT/)
+    }))
+
   it.scopedLive("doctor exits 1 and names the checks that fail when nothing runs", () =>
     Effect.gen(function*() {
       const dir = yield* tempDirectory("cursor-byok-cli-")
