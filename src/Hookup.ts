@@ -44,7 +44,7 @@ export const listenerTls = (
       return { port: tls.port, cert: Buffer.from(yield* read(tls.certFile)), key: Buffer.from(yield* read(tls.keyFile)) }
     }
     if (authority === undefined) return yield* new ConfigError({ message: "the TLS listener has no certificate: give http2.tls.certFile and keyFile, or let the CA issue one" })
-    const leaf = yield* Ca.issueLeaf(authority, Ca.loopbackNames).pipe(Effect.mapError((error) => new ConfigError({ message: error.message })))
+    const leaf = yield* Ca.issueLeaf(authority, Ca.loopbackNames, Ca.LISTENER_LEAF_VALIDITY_DAYS).pipe(Effect.mapError((error) => new ConfigError({ message: error.message })))
     return { port: tls.port, cert: leaf.certPem, key: leaf.keyPem }
   })
 

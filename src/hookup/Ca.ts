@@ -235,10 +235,11 @@ const leafKeyPair = () =>
   })()
 
 /** Signs a leaf for `names` without checking them against the constraints (tests use it to prove they hold). */
-export const signLeaf = (authority: Authority, names: ReadonlyArray<string>, nowMs = Date.now()) =>
+export const signLeaf = (authority: Authority, names: ReadonlyArray<string>, options: { readonly nowMs?: number; readonly validityDays?: number } = {}) =>
   Effect.promise(async () => {
     const keys = await leafKeyPair()
-    const notAfter = new Date(nowMs + LEAF_VALIDITY_DAYS * DAY_MS)
+    const nowMs = options.nowMs ?? Date.now()
+    const notAfter = new Date(nowMs + (options.validityDays ?? LEAF_VALIDITY_DAYS) * DAY_MS)
     const certificate = await X509.X509CertificateGenerator.create({
       serialNumber: serial(),
       subject: `CN=${names[0] ?? "localhost"}`,
@@ -267,12 +268,19 @@ export class LeafRefused extends Schema.TaggedError<LeafRefused>("cursor-byok/Le
 }) {}
 
 /** A leaf for names the CA may sign; anything else is refused before signing. */
-export const issueLeaf = (authority: Authority, names: ReadonlyArray<string>): Effect.Effect<Leaf, LeafRefused> => {
+export const issueLeaf = (authority: Authority, names: ReadonlyArray<string>, validityDays = LEAF_VALIDITY_DAYS): Effect.Effect<Leaf, LeafRefused> => {
   const outside = names.find((name) => !isPermitted(name))
   return outside === undefined
-    ? signLeaf(authority, names)
+    ? signLeaf(authority, names, { validityDays })
     : Effect.fail(new LeafRefused({ name: outside, message: `${outside} is outside the CA's name constraints (${expectedConstraints.join(", ")})` }))
 }
 
 /** The names the local TLS listener answers to. */
 export const loopbackNames = ["127.0.0.1", "localhost", "::1"] as const
+
+/**
+ * The TLS listener's leaf is issued once per start and not renewed while it runs, so it is
+ * valid for a year (the proxy's leaves, renewed as they near their end, for a month). Browsers'
+ * 398-day cap applies to publicly trusted CAs, not to a root the user installed.
+ */
+export const LISTENER_LEAF_VALIDITY_DAYS = 365

@@ -1,7 +1,7 @@
 /**
  * The unary RPCs Cursor calls besides the agent stream, as one table: the model lists (so the
- * configured models appear in Cursor's picker), the server config (which keeps Cursor in the
- * HTTP/1.1 RunSSE mode this server speaks), the clock, the connectivity probe, the telemetry
+ * configured models appear in Cursor's picker), the server config (which points Cursor's HTTP/2
+ * agent client at the TLS listener, or keeps Cursor on HTTP/1.1 without it), the clock, the connectivity probe, the telemetry
  * sinks, and the offline identity. Every other procedure gets `unimplemented`, so an unknown
  * call fails fast and visibly instead of hanging. Plus `GET /healthz`.
  *

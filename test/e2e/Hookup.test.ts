@@ -93,6 +93,9 @@ describe("the IDE hookup on the real server", () => {
         })
       )
       assert.strictEqual(models.status, 200)
+      // Issued once per start, so valid for a year (the proxy's leaves are renewed as they run).
+      const validTo = Date.parse((session.socket as unknown as { getPeerCertificate: () => { valid_to: string } }).getPeerCertificate().valid_to)
+      assert.isAbove(validTo - Date.now(), 360 * 86_400_000)
       assert.strictEqual(fromBinary(AvailableModelsResponseSchema, models.body).modelNames.length, 3)
     }))
 })
