@@ -22,7 +22,7 @@
 import { Context, Deferred, Effect, Exit, FiberMap, Layer, Mailbox, Option, Stream } from "effect"
 import type { Duration } from "effect"
 import { Llm } from "./Llm.js"
-import type { ToolCall, ToolResultMessage } from "./Llm.js"
+import type { AssistantMessage, ToolCall, ToolResultMessage } from "./Llm.js"
 import { initialRuntime, makeTransition } from "./Loop.js"
 import type { ConversationState, Input, Policy } from "./Loop.js"
 import { makeKeyedLock } from "./internal/KeyedLock.js"
@@ -55,6 +55,11 @@ export interface RunnerOptions {
    * used first), so that a tool result does not reload and re-verify a long history.
    */
   readonly stateCacheSize?: number
+  /**
+   * What a committed answer cost in USD (the price of the target that answered), for the model
+   * id the call asked for, with the configured model that id names; undefined without a price.
+   */
+  readonly costOf?: (modelId: string, message: AssistantMessage) => { readonly usd: number; readonly model: string } | undefined
 }
 
 export interface RecoveryReport {

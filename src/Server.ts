@@ -70,7 +70,7 @@ export const transportOptions = (config: ServerConfig): Transport.TransportOptio
   bidiAppendMaxBytes: config.limits.bidiAppendBytes,
   runSseMaxBytes: config.limits.runSseRequestBytes,
   appendWindow: config.limits.appendWindow,
-  contextWindowOf: (model) => config.models.find((m) => m.id === model)?.contextWindow ?? 200_000
+  contextWindowOf: (model) => Router.modelOf(config.router, model)?.contextWindow ?? 200_000
 })
 
 const catalogue = (config: ServerConfig): SideRpcs.CatalogueOptions => ({
@@ -105,7 +105,12 @@ export const layerApp = (config: ServerConfig) => {
   const core = Runner.layer({
     policy: Prompt.policy(config.maxLlmCallsPerTurn),
     classifyTool,
-    interruptedResult
+    interruptedResult,
+    costOf: (model, message) => {
+      const price = Router.priceOf(config.router, model, message)
+      const configured = Router.modelOf(config.router, model)
+      return price === undefined || configured === undefined ? undefined : { usd: Router.costOf(price, message.usage), model: configured.id }
+    }
   }).pipe(
     Layer.provideMerge(Transport.layerSessions(transportOptions(config))),
     Layer.provideMerge(FaultInjection.wrapStore(Store.layerSqlite({ filename: config.database }), config.faults)),

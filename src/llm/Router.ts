@@ -5,8 +5,9 @@
  * API keys arrive already resolved (the caller reads the environment) and stay `Redacted`.
  */
 import { HttpClient } from "@effect/platform"
-import { Effect, Layer, Schema, Stream } from "effect"
-import { Llm, type Message, type RequestMessages, type StreamOptions, type UserContent } from "../Llm.js"
+import { Effect, Layer, Metric, Schema, Stream } from "effect"
+import { type AssistantMessage, Llm, type LlmError, type Message, type RequestMessages, type ResponseEvent, type StreamOptions, type Usage, type UserContent } from "../Llm.js"
+import * as Metrics from "../Metrics.js"
 import type { Adapter, CallSettings } from "./Adapter.js"
 import * as Anthropic from "./Anthropic.js"
 import { llmError } from "./Common.js"
@@ -36,12 +37,35 @@ export const ThinkingConfig = Schema.Struct({
   budgetTokens: Schema.optional(Schema.Int.pipe(Schema.positive()))
 })
 
+const PerMillion = Schema.Number.pipe(Schema.nonNegative(), Schema.finite())
+
+/** USD per million tokens. Cache reads and writes default to the input price. */
+export const PriceConfig = Schema.Struct({
+  input: PerMillion,
+  output: PerMillion,
+  cacheRead: Schema.optional(PerMillion),
+  cacheWrite: Schema.optional(PerMillion)
+})
+export type PriceConfig = typeof PriceConfig.Type
+
+/** Another place to send a model's calls when the first fails before any event: a provider and its upstream model. */
+export const FallbackTarget = Schema.Struct({
+  provider: Schema.String,
+  upstreamModel: Schema.String,
+  /** Its own price; the model's otherwise. */
+  price: Schema.optional(PriceConfig)
+})
+export type FallbackTarget = typeof FallbackTarget.Type
+
 export const ModelConfig = Schema.Struct({
   /** The id clients ask for. */
   id: Schema.String,
   /** A `ProviderConfig.id`. */
   provider: Schema.String,
   upstreamModel: Schema.String,
+  /** Tried in order when the call fails before any event reached us (never once one has). */
+  fallback: Schema.optional(Schema.Array(FallbackTarget)),
+  price: Schema.optional(PriceConfig),
   contextWindow: Schema.optional(Schema.Int.pipe(Schema.positive())),
   maxOutputTokens: Schema.optional(Schema.Int.pipe(Schema.positive())),
   thinking: Schema.optional(ThinkingConfig),
@@ -62,6 +86,8 @@ export const RetryConfig = Schema.Struct({
 export const RouterConfig = Schema.Struct({
   providers: Schema.Array(ProviderConfig),
   models: Schema.Array(ModelConfig),
+  /** Other model ids (Cursor's own: what it asks for on Auto, for subagents...) → a configured model id; `*` for any other id. */
+  aliases: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })),
   retry: Schema.optional(RetryConfig)
 })
 export type RouterConfig = typeof RouterConfig.Type
@@ -73,32 +99,76 @@ export const adapters: Readonly<Record<ApiKind, Adapter>> = {
   "openai-responses": OpenAiResponses.adapter
 }
 
-/** The adapter and settings for one model id, or `undefined` when the configuration has none. */
+/** The configured model a client's model id names: itself, through an alias, or through `*`. */
+export const modelOf = (config: Pick<RouterConfig, "models" | "aliases">, modelId: string): ModelConfig | undefined => {
+  const direct = config.models.find((candidate) => candidate.id === modelId)
+  if (direct !== undefined) return direct
+  const aliased = config.aliases?.[modelId] ?? config.aliases?.["*"]
+  return aliased === undefined ? undefined : config.models.find((candidate) => candidate.id === aliased)
+}
+
+export interface ResolvedTarget {
+  readonly adapter: Adapter
+  readonly settings: CallSettings
+  readonly acceptsImages: boolean
+  readonly price: PriceConfig | undefined
+}
+
+/** A model's targets in the order they are tried: its own provider, then its fallbacks (those whose provider exists). */
+export const resolveTargets = (
+  config: RouterConfig,
+  modelId: string,
+  maxOutputTokens?: number,
+  promptCacheKey?: string
+): ReadonlyArray<ResolvedTarget> => {
+  const model = modelOf(config, modelId)
+  if (model === undefined) return []
+  const targets = [{ provider: model.provider, upstreamModel: model.upstreamModel, price: model.price }, ...(model.fallback ?? [])]
+  return targets.flatMap((target): Array<ResolvedTarget> => {
+    const provider = config.providers.find((candidate) => candidate.id === target.provider)
+    if (provider === undefined) return []
+    return [{
+      adapter: adapters[provider.api],
+      acceptsImages: model.supportsImages === true,
+      price: target.price ?? model.price,
+      settings: {
+        provider: provider.id,
+        baseUrl: provider.baseUrl,
+        apiKey: provider.apiKey,
+        headers: provider.headers,
+        extraBody: provider.extraBody,
+        compat: provider.compat,
+        model: target.upstreamModel,
+        maxOutputTokens: maxOutputTokens ?? model.maxOutputTokens,
+        thinking: model.thinking,
+        ...(promptCacheKey === undefined ? {} : { promptCacheKey })
+      }
+    }]
+  })
+}
+
+/** The adapter and settings for one model id (its first target), or `undefined` when the configuration has none. */
 export const resolveModel = (
   config: RouterConfig,
   modelId: string,
   maxOutputTokens?: number
-): { readonly adapter: Adapter; readonly settings: CallSettings; readonly acceptsImages: boolean } | undefined => {
-  const model = config.models.find((candidate) => candidate.id === modelId)
+): ResolvedTarget | undefined => resolveTargets(config, modelId, maxOutputTokens)[0]
+
+/** What a call cost in USD, from its usage and the price of the target that answered. */
+export const costOf = (price: PriceConfig, usage: Usage): number =>
+  (usage.input * price.input + usage.output * price.output +
+    usage.cacheRead * (price.cacheRead ?? price.input) + usage.cacheWrite * (price.cacheWrite ?? price.input)) / 1_000_000
+
+/** The price of the target that produced `message` (its provider and upstream model), for the model a client asked for. */
+export const priceOf = (config: RouterConfig, modelId: string, message: AssistantMessage): PriceConfig | undefined => {
+  const model = modelOf(config, modelId)
   if (model === undefined) return undefined
-  const provider = config.providers.find((candidate) => candidate.id === model.provider)
-  if (provider === undefined) return undefined
-  return {
-    adapter: adapters[provider.api],
-    acceptsImages: model.supportsImages === true,
-    settings: {
-      provider: provider.id,
-      baseUrl: provider.baseUrl,
-      apiKey: provider.apiKey,
-      headers: provider.headers,
-      extraBody: provider.extraBody,
-      compat: provider.compat,
-      model: model.upstreamModel,
-      maxOutputTokens: maxOutputTokens ?? model.maxOutputTokens,
-      thinking: model.thinking
-    }
-  }
+  const target = (model.fallback ?? []).find((t) => t.provider === message.provider && t.upstreamModel === message.model)
+  return target?.price ?? model.price
 }
+
+/** The stable per-conversation prompt-cache key for a call id (`<conversation>/t<n>/c<n>`). */
+export const promptCacheKeyOf = (callId: string): string => `byok-${callId.split("/t")[0] ?? callId}`
 
 /**
  * The request for a model that takes no images: each image in a user message or a tool result
@@ -123,14 +193,35 @@ export const make = Effect.fn("Router.make")(function*(config: RouterConfig) {
   const retry: RetrySettings = config.retry ?? defaultRetrySettings
   const stream = (request: RequestMessages, options: StreamOptions) =>
     Stream.suspend(() => {
-      const resolved = resolveModel(config, options.model, options.maxOutputTokens)
-      if (resolved === undefined) {
+      const targets = resolveTargets(config, options.model, options.maxOutputTokens, promptCacheKeyOf(options.callId))
+      if (targets.length === 0) {
         return Stream.fail(llmError("notConfigured", `no provider configured for model ${options.model}`))
       }
       // No Stream.withSpan here: it sets the fiber's context on every pull (~17 µs per network
       // read, measured), and nothing exports traces; the runner's logs carry the call id.
-      const sent = resolved.acceptsImages ? request : withoutImages(request, options.model)
-      return streamWithRetry(client, resolved.adapter.prepare(sent, resolved.settings), retry)
+      const attempt = (index: number): Stream.Stream<ResponseEvent, LlmError> => {
+        const target = targets[index]!
+        const sent = target.acceptsImages ? request : withoutImages(request, options.model)
+        let emitted = false
+        return streamWithRetry(client, target.adapter.prepare(sent, target.settings), retry).pipe(
+          Stream.mapChunks((chunk) => {
+            emitted = true
+            return chunk
+          }),
+          // Only while nothing has come from this target: once an event has, a switch would mix two answers.
+          Stream.catchAll((error) => {
+            const next = targets[index + 1]
+            if (emitted || next === undefined || error.reason === "aborted") return Stream.fail(error)
+            return Stream.fromEffect(Effect.gen(function*() {
+              yield* Effect.logWarning(
+                `model ${options.model}: ${target.settings.provider}/${target.settings.model} failed before answering (${error.reason}: ${error.message}); falling back to ${next.settings.provider}/${next.settings.model}`
+              )
+              yield* Metric.increment(Metric.tagged(Metrics.llmFallbacks, "model", options.model))
+            })).pipe(Stream.drain, Stream.concat(attempt(index + 1)))
+          })
+        )
+      }
+      return attempt(0)
     })
   return Llm.of({ stream })
 })

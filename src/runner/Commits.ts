@@ -27,7 +27,7 @@ export const commitOf = (options: RunnerOptions, conversationId: string, inputId
     }
     : undefined
   const clientOperations = command._tag === "CallClient" ? [plannedOperation(options, conversationId, next, command)] : undefined
-  const llmCallUpdate = llmCallUpdateOf(before, input)
+  const llmCallUpdate = llmCallUpdateOf(options, before, input)
   const operationCompletion = input._tag === "ToolResult" ? operationCompletionOf(before, input.message) : undefined
   return {
     conversationId,
@@ -69,12 +69,14 @@ export const derivedInputId = (state: ConversationState, input: Input): string =
     : `${state.turnId}:${input._tag}:${state.messages.length}`
 
 /** The status a model call reaches with this input, if it settles one. */
-const llmCallUpdateOf = (before: ConversationState, input: Input): LlmCallUpdate | undefined => {
+const llmCallUpdateOf = (options: RunnerOptions, before: ConversationState, input: Input): LlmCallUpdate | undefined => {
   const active = before.activeCallId
   if (active === null || before.status !== "waitingLlm") return undefined
   if (input._tag === "LlmEvent" && input.callId === active) {
     if (input.event._tag === "Done") {
-      return { callId: active, status: "committed", assistantHash: messageHash(input.event.message), usage: input.event.message.usage }
+      const message = input.event.message
+      const costUsd = before.settings === null ? undefined : options.costOf?.(before.settings.model, message)?.usd
+      return { callId: active, status: "committed", assistantHash: messageHash(message), usage: message.usage, ...(costUsd === undefined ? {} : { costUsd }) }
     }
     if (input.event._tag === "Error") {
       return { callId: active, status: input.event.reason === "aborted" ? "canceled" : "failed", error: input.event.message }

@@ -45,6 +45,9 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
     }
     if (input._tag === "LlmEvent" && input.event._tag === "Done" && acc.runtime.committed.activeCallId === input.callId) {
       yield* Metrics.countTokens(input.event.message.usage)
+      const model = acc.runtime.committed.settings?.model
+      const cost = model === undefined ? undefined : env.options.costOf?.(model, input.event.message)
+      if (cost !== undefined) yield* Metric.incrementBy(Metric.tagged(Metrics.costUsd, "model", cost.model), cost.usd)
     }
     if (input._tag === "LlmEvent" && input.event._tag === "Error" && acc.runtime.committed.activeCallId === input.callId) {
       yield* Metric.increment(Metrics.llmErrors)

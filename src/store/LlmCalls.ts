@@ -11,7 +11,7 @@ import type { ConversationState } from "../Loop.js"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
 import { CorruptRow, InvalidCommit, NotFound, RequestHashMismatch } from "./Model.js"
-import type { LlmCallDetails, LlmCallStatus, LlmCallUpdate, LoadedLlmCall, PlannedLlmCall } from "./Model.js"
+import type { ConversationCosts, LlmCallDetails, LlmCallStatus, LlmCallUpdate, LoadedLlmCall, PlannedLlmCall } from "./Model.js"
 import { decodeHistory, decodeJson, decodeTools, toCallRecord } from "./Rows.js"
 import type { LlmCallRow, MessageRow } from "./Rows.js"
 
@@ -73,6 +73,7 @@ export const updateLlmCall = ({ sql }: StoreEnv, update: LlmCallUpdate, now: num
       status = ${update.status},
       assistant_hash = COALESCE(${update.assistantHash ?? null}, assistant_hash),
       usage_json = COALESCE(${update.usage === undefined ? null : canonicalJson(update.usage)}, usage_json),
+      cost_usd = COALESCE(${update.costUsd ?? null}, cost_usd),
       error = COALESCE(${update.error ?? null}, error),
       updated_at_ms = ${now}
     WHERE call_id = ${update.callId}
@@ -109,6 +110,24 @@ export const markLlmCall = (env: StoreEnv) => Effect.fn("Store.markLlmCall")(
     if (updated.length === 0) return yield* new NotFound({ entity: "llmCall", id: callId })
   }
 )
+
+export const costs = ({ sql }: StoreEnv) => Effect.fn("Store.costs")(function*(conversationId: string) {
+  const rows = yield* sql<{ turn_id: string; usd: number | null; calls: number; priced: number }>`
+    SELECT turn_id, SUM(cost_usd) AS usd, COUNT(*) AS calls, COUNT(cost_usd) AS priced
+    FROM llm_calls WHERE conversation_id = ${conversationId} AND status = 'committed'
+    GROUP BY turn_id ORDER BY MIN(created_at_ms), turn_id`.pipe(
+    Effect.catchTag("SqlError", (e) => Effect.fail(storeError("costs")(e)))
+  )
+  const turns = rows.map((row) => ({ turnId: row.turn_id, usd: row.usd ?? 0, calls: Number(row.calls) }))
+  const result: ConversationCosts = {
+    conversationId,
+    usd: turns.reduce((sum, turn) => sum + turn.usd, 0),
+    calls: turns.reduce((sum, turn) => sum + turn.calls, 0),
+    pricedCalls: rows.reduce((sum, row) => sum + Number(row.priced), 0),
+    turns
+  }
+  return result
+})
 
 export const loadLlmCall = ({ sql }: StoreEnv) => Effect.fn("Store.loadLlmCall")(function*(callId: string) {
   const read = Effect.gen(function*() {

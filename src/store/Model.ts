@@ -57,7 +57,19 @@ export interface LoadedLlmCall extends LlmCallRecord {
 export interface LlmCallDetails {
   readonly assistantHash?: string
   readonly usage?: Usage
+  /** USD, from the configured price of the target that answered. */
+  readonly costUsd?: number
   readonly error?: string
+}
+
+/** What a conversation's committed model calls cost, in USD, per turn and in all (calls without a price count 0). */
+export interface ConversationCosts {
+  readonly conversationId: string
+  readonly usd: number
+  /** Committed calls, and how many of them had a price. */
+  readonly calls: number
+  readonly pricedCalls: number
+  readonly turns: ReadonlyArray<{ readonly turnId: string; readonly usd: number; readonly calls: number }>
 }
 
 /** A status change for a model call, applied inside a commit (e.g. `committed` with the Done message's hash). */
@@ -294,6 +306,8 @@ export interface StoreService {
   readonly loadOperation: (operationId: string) => Effect.Effect<Option.Option<OperationRecord>, CorruptRow | StoreError>
   /** What a restarted process must resume: model calls planned/streaming, operations planned/sent. */
   readonly listInFlight: () => Effect.Effect<InFlight, CorruptRow | StoreError>
+  /** What the conversation's committed model calls cost, per turn and in all. */
+  readonly costs: (conversationId: string) => Effect.Effect<ConversationCosts, StoreError>
   /** Appends one stream event to the optional diagnostics log (never read back into history). */
   readonly appendDiagnostic: (callId: string, eventIndex: number, event: unknown) => Effect.Effect<void, StoreError>
 }

@@ -21,7 +21,7 @@ import { Effect, Either } from "effect"
 import { commitInput, findInputCommit, findTurnStarts, load } from "./Conversations.js"
 import { makePartHashes, storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
-import { appendDiagnostic, loadLlmCall, markLlmCall, saveLlmCall } from "./LlmCalls.js"
+import { appendDiagnostic, costs, loadLlmCall, markLlmCall, saveLlmCall } from "./LlmCalls.js"
 import type { InFlight, LlmCallRecord, OperationRecord, StoreService } from "./Model.js"
 import { cancelOperation, completeOperation, loadOperation, markOperationSent, saveOperations } from "./Operations.js"
 import { toCallRecord, toOperationRecord } from "./Rows.js"
@@ -47,6 +47,7 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
     cancelOperation: cancelOperation(env),
     loadOperation: loadOperation(env),
     listInFlight: listInFlight(env),
+    costs: costs(env),
     appendDiagnostic: appendDiagnostic(env)
   } satisfies StoreService
 })

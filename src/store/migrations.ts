@@ -119,8 +119,15 @@ const turnStarts = Effect.gen(function*() {
   yield* sql`CREATE INDEX turn_starts_input ON turn_starts (input_id)`
 })
 
+/** What each committed model call cost (USD, from the configured prices; null without a price). */
+const callCosts = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE llm_calls ADD COLUMN cost_usd REAL`
+})
+
 /** Keyed `<id>_<name>` as the migrator expects; applied in id order, each once. */
 export const migrations = {
   "0001_init": init,
-  "0002_turn_starts": turnStarts
+  "0002_turn_starts": turnStarts,
+  "0003_call_costs": callCosts
 }
