@@ -227,6 +227,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
   const host = env["BYOK_HOST"] ?? file.host
   const portText = env["BYOK_PORT"]
   const port = portText === undefined ? file.port : Number(portText)
+  const defaultModel = file.defaultModel ?? models[0]?.id
   if (!isLoopback(host)) notices.push(`listening on ${host}, which is not a loopback address: anyone who can reach it can use your provider keys`)
   return {
     host,
@@ -245,10 +246,11 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
       providers: routed,
       models,
       ...(file.aliases === undefined ? {} : { aliases: file.aliases }),
+      ...(defaultModel === undefined ? {} : { defaultModel }),
       ...(file.retry === undefined ? {} : { retry: file.retry })
     },
     models,
-    defaultModel: file.defaultModel ?? models[0]?.id,
+    defaultModel,
     notices,
     faults: FaultInjection.fromEnvironment(env)
   }

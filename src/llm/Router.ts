@@ -88,6 +88,8 @@ export const RouterConfig = Schema.Struct({
   models: Schema.Array(ModelConfig),
   /** Other model ids (Cursor's own: what it asks for on Auto, for subagents...) → a configured model id; `*` for any other id. */
   aliases: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })),
+  /** The model a request that names none goes to (the first model otherwise). */
+  defaultModel: Schema.optional(Schema.String),
   retry: Schema.optional(RetryConfig)
 })
 export type RouterConfig = typeof RouterConfig.Type
@@ -99,8 +101,9 @@ export const adapters: Readonly<Record<ApiKind, Adapter>> = {
   "openai-responses": OpenAiResponses.adapter
 }
 
-/** The configured model a client's model id names: itself, through an alias, or through `*`. */
-export const modelOf = (config: Pick<RouterConfig, "models" | "aliases">, modelId: string): ModelConfig | undefined => {
+/** The configured model a client's model id names: itself, through an alias, or through `*`; no id names the default model. */
+export const modelOf = (config: Pick<RouterConfig, "models" | "aliases" | "defaultModel">, modelId: string): ModelConfig | undefined => {
+  if (modelId === "") return config.models.find((candidate) => candidate.id === config.defaultModel) ?? config.models[0]
   const direct = config.models.find((candidate) => candidate.id === modelId)
   if (direct !== undefined) return direct
   const aliased = config.aliases?.[modelId] ?? config.aliases?.["*"]

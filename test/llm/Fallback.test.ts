@@ -50,6 +50,9 @@ describe("aliases", () => {
     expect(Router.modelOf(config, "cursor-auto")?.id).toBe("m")
     expect(Router.modelOf(config, "claude-4.5-sonnet-thinking")?.id).toBe("other")
     expect(Router.modelOf({ ...config, aliases: {} }, "claude-4.5-sonnet-thinking")).toBeUndefined()
+    // A request that names no model (Cursor's Auto may send none) goes to the default model, or the first.
+    expect(Router.modelOf(config, "")?.id).toBe("m")
+    expect(Router.modelOf({ ...config, defaultModel: "other" }, "")?.id).toBe("other")
     expect(Router.resolveTargets(config, "cursor-auto").map((t) => `${t.settings.provider}/${t.settings.model}`)).toEqual(["first/first-model", "second/second-model"])
   })
 
