@@ -233,7 +233,7 @@ describe("Store", () => {
 
       assert.deepStrictEqual(reopened.pragmas, { journal: "wal", foreignKeys: 1, synchronous: 1 })
       // Every migration ran once, none again on reopening.
-      assert.deepStrictEqual(reopened.migrations.map((m) => m.migration_id), [1, 2])
+      assert.deepStrictEqual(reopened.migrations.map((m) => m.migration_id), [1, 2, 3])
       const { state, version } = reopened.loaded
       assert.strictEqual(version, steps.length)
       assert.deepStrictEqual(state, final)
@@ -429,6 +429,23 @@ describe("Store", () => {
       }).pipe(Effect.provide(memory)))
   })
 
+  it.effect("a committed call's cost is stored with it and summed per turn and conversation; calls not committed do not count", () =>
+    Effect.gen(function*() {
+      const store = yield* Store.Store
+      const { steps } = journey("conv-cost")
+      const priced = steps.map((step, i) =>
+        i === 1 && step.llmCallUpdate !== undefined ? { ...step, llmCallUpdate: { ...step.llmCallUpdate, costUsd: 0.25 } } : step
+      )
+      yield* commitAll("conv-cost", priced.slice(0, 1))
+      assert.deepStrictEqual(yield* store.costs("conv-cost"), { conversationId: "conv-cost", usd: 0, calls: 0, pricedCalls: 0, turns: [] })
+      yield* commitAll("conv-cost", priced.slice(1, 2), 1)
+      const costs = yield* store.costs("conv-cost")
+      assert.strictEqual(costs.usd, 0.25)
+      assert.strictEqual(costs.calls, 1)
+      assert.strictEqual(costs.pricedCalls, 1)
+      assert.deepStrictEqual(costs.turns.map((t) => t.usd), [0.25])
+    }).pipe(Effect.provide(memory)))
+
   it.effect("in-flight listing follows model calls and operations through their lifecycle", () =>
     Effect.gen(function*() {
       const store = yield* Store.Store
@@ -622,7 +639,7 @@ describe("Store", () => {
       assert.strictEqual(prefixUpperBound("\u{10FFFF}"), undefined)
     })
 
-    it.scoped("a database made before turn starts were recorded is upgraded in place: 0002 runs once, later turns record their starts", () =>
+    it.scoped("a database made before turn starts were recorded is upgraded in place: 0002 and 0003 run once, later turns record their starts", () =>
       Effect.gen(function*() {
         const filename = yield* tempDatabase
         const fs = yield* FileSystem.FileSystem
@@ -639,7 +656,7 @@ describe("Store", () => {
           yield* commitAll("conv-old", steps)
           return { migrated: migrated.map((m) => m.migration_id), found: yield* store.findTurnStarts("req-old/") }
         }).pipe(Effect.provide(withSql(filename)))
-        assert.deepStrictEqual(result.migrated, [1, 2])
+        assert.deepStrictEqual(result.migrated, [1, 2, 3])
         assert.deepStrictEqual(result.found.map((start) => start.inputId), ["req-old/m2:0", "req-old/m1:0"])
       }).pipe(Effect.provide(NodeContext.layer)))
   })
