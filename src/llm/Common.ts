@@ -75,6 +75,29 @@ export const decodeJson = <A>(
   return Either.mapLeft(decode(json), (error) => malformed(`${what}: unexpected shape: ${error.message.slice(0, 300)}`))
 }
 
+/**
+ * For wire APIs whose events name their `type` (Responses, Anthropic): only the types the
+ * adapter reads are decoded (a known type of the wrong shape is malformed); any other event is
+ * ignored whatever its shape (`Right(undefined)`), since vendors add event types at will.
+ * Data that is not JSON is malformed either way.
+ */
+export const decodeKnownEvent = <A>(
+  decode: (u: unknown) => Either.Either<A, ParseResult.ParseError>,
+  known: ReadonlySet<string>,
+  data: string,
+  what: string
+): Either.Either<A | undefined, LlmError> => {
+  let json: unknown
+  try {
+    json = JSON.parse(data)
+  } catch {
+    return Either.left(malformed(`${what}: data is not valid JSON: ${data.slice(0, 200)}`))
+  }
+  const type = json !== null && typeof json === "object" ? (json as { type?: unknown }).type : undefined
+  if (typeof type !== "string" || !known.has(type)) return Either.right(undefined)
+  return Either.mapLeft(decode(json), (error) => malformed(`${what} ${type}: unexpected shape: ${error.message.slice(0, 300)}`))
+}
+
 export const decoderFor = <A, I>(schema: Schema.Schema<A, I>) =>
   Schema.decodeUnknownEither(schema, { onExcessProperty: "ignore" })
 
