@@ -59,13 +59,16 @@ export interface OpenAiChatCompat {
   readonly replayReasoning: "toolCallTurns" | "always" | "never"
   /** Whether `reasoning_effort` is understood. */
   readonly reasoningEffort: boolean
+  /** Whether the top-level `prompt_cache_key` is accepted (OpenAI's own API; other vendors may reject unknown fields). */
+  readonly promptCacheKey: boolean
 }
 
 const defaultCompat: OpenAiChatCompat = {
   maxTokensField: "max_completion_tokens",
   includeUsage: true,
   replayReasoning: "toolCallTurns",
-  reasoningEffort: true
+  reasoningEffort: true,
+  promptCacheKey: false
 }
 
 /** Per-vendor defaults, picked by the base URL's host; configuration can override any field. */
@@ -88,7 +91,7 @@ export const resolveCompat = (baseUrl: string, overrides: Readonly<Record<string
     host = ""
   }
   const vendor = compatTable.find((entry) => entry.host.test(host))
-  const merged: Record<string, unknown> = { ...defaultCompat, ...vendor?.compat }
+  const merged: Record<string, unknown> = { ...defaultCompat, promptCacheKey: host === "api.openai.com", ...vendor?.compat }
   for (const key of Object.keys(defaultCompat)) if (overrides[key] !== undefined) merged[key] = overrides[key]
   return merged as unknown as OpenAiChatCompat
 }
@@ -306,6 +309,8 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   if (compat.includeUsage) fields["stream_options"] = { include_usage: true }
   if (settings.maxOutputTokens !== undefined) fields[compat.maxTokensField] = settings.maxOutputTokens
   if (compat.reasoningEffort && settings.thinking?.effort !== undefined) fields["reasoning_effort"] = settings.thinking.effort
+  // In the head: the same for every call of a conversation, so the body stays a prefix of the next.
+  if (compat.promptCacheKey && settings.promptCacheKey !== undefined) fields["prompt_cache_key"] = settings.promptCacheKey
   if (request.tools.length > 0) {
     fields["tools"] = request.tools.map((tool) => ({
       type: "function",

@@ -325,6 +325,9 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   if (request.systemPrompt.length > 0) fields["instructions"] = request.systemPrompt
   if (settings.maxOutputTokens !== undefined) fields["max_output_tokens"] = settings.maxOutputTokens
   if (settings.thinking?.effort !== undefined) fields["reasoning"] = { effort: settings.thinking.effort, summary: "auto" }
+  // In the head: the same for every call of a conversation, so the body stays a prefix of the next.
+  // compat `promptCacheKey: false` for a Responses server that rejects the field.
+  if (settings.compat["promptCacheKey"] !== false && settings.promptCacheKey !== undefined) fields["prompt_cache_key"] = settings.promptCacheKey
   if (request.tools.length > 0) {
     fields["tools"] = request.tools.map((tool) => ({ type: "function", name: tool.name, description: tool.description, parameters: tool.parameters, strict: false }))
   }
