@@ -2,8 +2,10 @@
  * OpenAI Chat Completions, the wire API also spoken by DeepSeek, Kimi/Moonshot, Qwen/DashScope,
  * GLM, Groq, OpenRouter, vLLM and Ollama (llm-providers.md §2.1).
  *
- * Tool calls are keyed by their `index` (not their id, and not assumed to start at 0), reasoning
- * arrives as `reasoning_content` or `reasoning`, usage is taken from wherever the vendor puts it,
+ * Tool calls are keyed by their `index` (not assumed to start at 0; by id only where a vendor
+ * sends no index or reuses one), reasoning arrives as `reasoning_content`, `reasoning` or typed
+ * content chunks, OpenRouter's `reasoning_details` ride on the thinking block's signature, usage
+ * is taken from wherever the vendor puts it,
  * cached tokens are counted once, and errors are read in-band, from `event: error`, and from
  * status codes. The compat table captures what differs between vendors on the request side;
  * `openAiChat/Wire.ts` what differs on the response side (usage conventions, typed content).
@@ -207,7 +209,8 @@ export const makeMachine = (meta: StreamMeta): Machine => {
         else text(out, piece.text)
       }
       if (delta.reasoning_details !== undefined && delta.reasoning_details !== null) {
-        // Details belong to the open thinking block, else the last one; alone (encrypted only), they open one.
+        // Details belong to the open thinking block, else the last one (its ThinkingEnd has gone out,
+        // the Done message carries them); alone (encrypted only), they open one.
         const index = thinkingIndex ?? lastThinkingIndex
         const target = index ?? openThinking(out, reasoningField ?? "reasoning")
         const source = thinkingSources.get(target)
