@@ -27,6 +27,11 @@ export interface CallSettings {
   readonly model: string
   readonly maxOutputTokens: number | undefined
   readonly thinking: ThinkingSettings | undefined
+  /**
+   * A stable per-conversation key for the provider's prompt cache routing (OpenAI
+   * `prompt_cache_key`); the same for every call of a conversation. Sent only where compat allows.
+   */
+  readonly promptCacheKey?: string | undefined
 }
 
 /** A request body split so that `head + history` of turn n is a byte prefix of turn n+1's body. */

@@ -15,7 +15,7 @@ import {
   anthropicToolCallId,
   Assembler,
   classifyStreamError,
-  decodeJson,
+  decodeKnownEvent,
   decoderFor,
   type Group,
   pushMessage,
@@ -46,9 +46,9 @@ export const AnthropicUsage = Schema.Struct({
 
 export const AnthropicEvent = Schema.Struct({
   type: Schema.String,
-  index: Schema.optional(Schema.Number),
-  message: Schema.optional(Schema.Struct({ id: OptStr, model: OptStr, usage: Schema.optional(Schema.NullOr(AnthropicUsage)) })),
-  content_block: Schema.optional(Schema.Struct({
+  index: Schema.optional(Schema.NullOr(Schema.Number)),
+  message: Schema.optional(Schema.NullOr(Schema.Struct({ id: OptStr, model: OptStr, usage: Schema.optional(Schema.NullOr(AnthropicUsage)) }))),
+  content_block: Schema.optional(Schema.NullOr(Schema.Struct({
     type: Schema.String,
     text: OptStr,
     thinking: OptStr,
@@ -56,21 +56,32 @@ export const AnthropicEvent = Schema.Struct({
     data: OptStr,
     id: OptStr,
     name: OptStr
-  })),
-  delta: Schema.optional(Schema.Struct({
+  }))),
+  delta: Schema.optional(Schema.NullOr(Schema.Struct({
     type: OptStr,
     text: OptStr,
     partial_json: OptStr,
     thinking: OptStr,
     signature: OptStr,
     stop_reason: OptStr
-  })),
+  }))),
   usage: Schema.optional(Schema.NullOr(AnthropicUsage)),
   error: Schema.optional(Schema.Unknown)
 })
 export type AnthropicEvent = typeof AnthropicEvent.Type
 
 const decodeEvent = decoderFor(AnthropicEvent)
+
+/** The event types this adapter reads; `ping` and any future type are ignored whatever their shape. */
+const knownEvents: ReadonlySet<string> = new Set([
+  "message_start",
+  "content_block_start",
+  "content_block_delta",
+  "content_block_stop",
+  "message_delta",
+  "message_stop",
+  "error"
+])
 
 /** `message_delta` usage is cumulative: a present field replaces the earlier value. */
 const mergeUsage = (usage: Usage, wire: typeof AnthropicUsage.Type): Usage => ({
@@ -123,7 +134,7 @@ export const makeMachine = (meta: StreamMeta): Machine => {
         assembler.start(out)
         const block = event.content_block
         const wireIndex = event.index ?? 0
-        if (block === undefined) return undefined
+        if (block === undefined || block === null) return undefined
         switch (block.type) {
           case "text": {
             const index = assembler.startText(out)
@@ -158,7 +169,7 @@ export const makeMachine = (meta: StreamMeta): Machine => {
       case "content_block_delta": {
         const index = blocks.get(event.index ?? 0)
         const delta = event.delta
-        if (index === undefined || delta === undefined) return undefined
+        if (index === undefined || delta === undefined || delta === null) return undefined
         switch (delta.type) {
           case "text_delta":
             if (delta.text) assembler.textDelta(out, index, delta.text)
@@ -206,11 +217,12 @@ export const makeMachine = (meta: StreamMeta): Machine => {
     push: (event: SseEvent, out) => {
       if (finished) return undefined
       if (event.data.length === 0) return undefined
-      const decoded = decodeJson(decodeEvent, event.data, `${meta.provider} event`)
+      const decoded = decodeKnownEvent(decodeEvent, knownEvents, event.data, `${meta.provider} event`)
       if (Either.isLeft(decoded)) {
         finished = true
         return decoded.left
       }
+      if (decoded.right === undefined) return undefined
       const error = onEvent(decoded.right, out)
       if (error !== undefined) finished = true
       return error

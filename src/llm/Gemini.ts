@@ -49,34 +49,37 @@ export const GeminiPartialArg = Schema.Struct({
   willContinue: Schema.optional(Schema.Boolean)
 })
 
+// Optional fields also accept null, read as absent: a null where an object is expected is not a broken stream.
+const Opt = <A, I>(schema: Schema.Schema<A, I>) => Schema.optional(Schema.NullOr(schema))
+
 export const GeminiPart = Schema.Struct({
-  text: Schema.optional(Schema.String),
-  thought: Schema.optional(Schema.Boolean),
-  thoughtSignature: Schema.optional(Schema.String),
-  functionCall: Schema.optional(Schema.Struct({
-    name: Schema.optional(Schema.String),
-    id: Schema.optional(Schema.String),
-    args: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.Unknown }))),
-    partialArgs: Schema.optional(Schema.Array(GeminiPartialArg)),
-    willContinue: Schema.optional(Schema.Boolean)
+  text: Opt(Schema.String),
+  thought: Opt(Schema.Boolean),
+  thoughtSignature: Opt(Schema.String),
+  functionCall: Opt(Schema.Struct({
+    name: Opt(Schema.String),
+    id: Opt(Schema.String),
+    args: Opt(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+    partialArgs: Opt(Schema.Array(GeminiPartialArg)),
+    willContinue: Opt(Schema.Boolean)
   }))
 })
 
 export const GeminiChunk = Schema.Struct({
-  candidates: Schema.optional(Schema.Array(Schema.Struct({
-    content: Schema.optional(Schema.Struct({ parts: Schema.optional(Schema.Array(GeminiPart)) })),
-    finishReason: Schema.optional(Schema.String)
+  candidates: Opt(Schema.Array(Schema.Struct({
+    content: Opt(Schema.Struct({ parts: Opt(Schema.Array(GeminiPart)) })),
+    finishReason: Opt(Schema.String)
   }))),
-  usageMetadata: Schema.optional(Schema.Struct({
+  usageMetadata: Opt(Schema.Struct({
     promptTokenCount: OptNum,
     candidatesTokenCount: OptNum,
     thoughtsTokenCount: OptNum,
     cachedContentTokenCount: OptNum,
     toolUsePromptTokenCount: OptNum
   })),
-  modelVersion: Schema.optional(Schema.String),
-  responseId: Schema.optional(Schema.String),
-  promptFeedback: Schema.optional(Schema.Struct({ blockReason: Schema.optional(Schema.String) })),
+  modelVersion: Opt(Schema.String),
+  responseId: Opt(Schema.String),
+  promptFeedback: Opt(Schema.Struct({ blockReason: Opt(Schema.String) })),
   error: Schema.optional(Schema.Unknown)
 })
 export type GeminiChunk = typeof GeminiChunk.Type
@@ -140,6 +143,7 @@ export const makeMachine = (meta: StreamMeta): Machine => {
   let current: { kind: "text" | "thinking"; index: number; signed: boolean } | undefined
   let pendingCall: { index: number; args: Record<string, unknown> } | undefined
   let callCount = 0
+  const usedIds = new Set<string>()
 
   const closeCurrent = (out: Array<ResponseEvent>) => {
     if (current !== undefined) assembler.end(out, current.index)
@@ -155,9 +159,10 @@ export const makeMachine = (meta: StreamMeta): Machine => {
 
   const onPart = (part: typeof GeminiPart.Type, out: Array<ResponseEvent>): LlmError | undefined => {
     const call = part.functionCall
-    if (call !== undefined) {
-      if (call.name === undefined) {
-        if (pendingCall !== undefined && call.partialArgs !== undefined) {
+    const thoughtSignature = part.thoughtSignature ?? undefined
+    if (call !== undefined && call !== null) {
+      if (call.name === undefined || call.name === null) {
+        if (pendingCall !== undefined && call.partialArgs) {
           for (const arg of call.partialArgs) {
             const value = arg.stringValue ?? arg.numberValue ?? arg.boolValue ?? null
             setAtPath(pendingCall.args, arg.jsonPath, value, arg.stringValue !== undefined)
@@ -169,9 +174,11 @@ export const makeMachine = (meta: StreamMeta): Machine => {
       closeCurrent(out)
       const error = closePendingCall(out)
       if (error !== undefined) return error
-      const id = call.id ?? `${generatedIdPrefix}${callCount}`
+      // Ids are often missing, and may repeat: a call's id must name it alone (its result is matched by it).
+      const id = call.id && !usedIds.has(call.id) ? call.id : `${generatedIdPrefix}${callCount}`
+      usedIds.add(id)
       callCount++
-      const index = assembler.startToolCall(out, id, call.name, part.thoughtSignature !== undefined ? { thoughtSignature: part.thoughtSignature } : undefined)
+      const index = assembler.startToolCall(out, id, call.name, thoughtSignature !== undefined ? { thoughtSignature } : undefined)
       if (call.willContinue === true) {
         pendingCall = { index, args: { ...call.args } }
         return undefined
@@ -180,10 +187,11 @@ export const makeMachine = (meta: StreamMeta): Machine => {
       assembler.toolCallDelta(out, index, JSON.stringify(call.args ?? {}))
       return assembler.end(out, index)
     }
-    if (part.text === undefined) return undefined
+    const text = part.text
+    if (text === undefined || text === null) return undefined
     const kind = part.thought === true ? "thinking" : "text"
-    const signature = part.thoughtSignature
-    if (part.text.length === 0 && signature === undefined) return undefined
+    const signature = thoughtSignature
+    if (text.length === 0 && signature === undefined) return undefined
     const error = closePendingCall(out)
     if (error !== undefined) return error
     // A new block when the kind changes, or when the open block already holds a signature of its own.
@@ -192,8 +200,8 @@ export const makeMachine = (meta: StreamMeta): Machine => {
       const index = kind === "thinking" ? assembler.startThinking(out) : assembler.startText(out)
       current = { kind, index, signed: false }
     }
-    if (kind === "thinking") assembler.thinkingDelta(out, current.index, part.text)
-    else assembler.textDelta(out, current.index, part.text)
+    if (kind === "thinking") assembler.thinkingDelta(out, current.index, text)
+    else assembler.textDelta(out, current.index, text)
     if (signature !== undefined) {
       assembler.setSignature(current.index, signature)
       current.signed = true
@@ -202,20 +210,22 @@ export const makeMachine = (meta: StreamMeta): Machine => {
   }
 
   const onChunk = (chunk: GeminiChunk, out: Array<ResponseEvent>): LlmError | undefined => {
-    if (chunk.error !== undefined) return classifyStreamError(meta.provider, chunk, "error in stream")
-    assembler.start(out, chunk.modelVersion, chunk.responseId)
+    if (chunk.error !== undefined && chunk.error !== null) return classifyStreamError(meta.provider, chunk, "error in stream")
+    // A chunk with nothing in it does not take the Start (and its ids) from the first real one.
+    if (!assembler.started && (chunk.candidates ?? []).length === 0 && !chunk.usageMetadata && !chunk.promptFeedback) return undefined
+    assembler.start(out, chunk.modelVersion || undefined, chunk.responseId || undefined)
     if (chunk.usageMetadata) assembler.usage = mapUsage(chunk.usageMetadata)
     const candidate = chunk.candidates?.[0]
     if (candidate === undefined) {
       const blocked = chunk.promptFeedback?.blockReason
-      if (blocked !== undefined) return llmError("providerError", `${meta.provider}: the prompt was blocked (${blocked})`, { provider: meta.provider })
+      if (blocked) return llmError("providerError", `${meta.provider}: the prompt was blocked (${blocked})`, { provider: meta.provider })
       return undefined
     }
     for (const part of candidate.content?.parts ?? []) {
       const error = onPart(part, out)
       if (error !== undefined) return error
     }
-    if (candidate.finishReason !== undefined) finish = mapFinishReason(candidate.finishReason)
+    if (candidate.finishReason) finish = mapFinishReason(candidate.finishReason)
     return undefined
   }
 

@@ -2,13 +2,16 @@
  * OpenAI Chat Completions, the wire API also spoken by DeepSeek, Kimi/Moonshot, Qwen/DashScope,
  * GLM, Groq, OpenRouter, vLLM and Ollama (llm-providers.md §2.1).
  *
- * Tool calls are keyed by their `index` (not their id, and not assumed to start at 0), reasoning
- * arrives as `reasoning_content` or `reasoning`, usage is taken from wherever the vendor puts it,
+ * Tool calls are keyed by their `index` (not assumed to start at 0; by id only where a vendor
+ * sends no index or reuses one), reasoning arrives as `reasoning_content`, `reasoning` or typed
+ * content chunks, OpenRouter's `reasoning_details` ride on the thinking block's signature, usage
+ * is taken from wherever the vendor puts it,
  * cached tokens are counted once, and errors are read in-band, from `event: error`, and from
- * status codes. The compat table captures what differs between vendors on the request side.
+ * status codes. The compat table captures what differs between vendors on the request side;
+ * `openAiChat/Wire.ts` what differs on the response side (usage conventions, typed content).
  */
-import { Either, Redacted, Schema } from "effect"
-import type { AssistantMessage, LlmError, RequestMessages, ResponseEvent, StopReason, Usage } from "../Llm.js"
+import { Either, Redacted } from "effect"
+import type { AssistantMessage, LlmError, RequestMessages, ResponseEvent } from "../Llm.js"
 import { canonicalJson } from "../Llm.js"
 import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead } from "./Adapter.js"
 import {
@@ -27,7 +30,21 @@ import {
   type StreamMeta,
   transformForReplay
 } from "./Common.js"
+import {
+  ChatChunk,
+  type ChatToolCallDelta,
+  contentParts,
+  decodeReasoningSignature,
+  encodeReasoningSignature,
+  type Finish,
+  mapFinishReason,
+  mapUsage,
+  mergeReasoningDetails,
+  type ReasoningDetail
+} from "./openAiChat/Wire.js"
 import type { SseEvent } from "./Sse.js"
+
+export { ChatChoice, ChatChunk, ChatToolCallDelta, ChatUsage, mapFinishReason, mapUsage } from "./openAiChat/Wire.js"
 
 export const api = "openai-chat"
 
@@ -44,13 +61,16 @@ export interface OpenAiChatCompat {
   readonly replayReasoning: "toolCallTurns" | "always" | "never"
   /** Whether `reasoning_effort` is understood. */
   readonly reasoningEffort: boolean
+  /** Whether the top-level `prompt_cache_key` is accepted (OpenAI's own API; other vendors may reject unknown fields). */
+  readonly promptCacheKey: boolean
 }
 
 const defaultCompat: OpenAiChatCompat = {
   maxTokensField: "max_completion_tokens",
   includeUsage: true,
   replayReasoning: "toolCallTurns",
-  reasoningEffort: true
+  reasoningEffort: true,
+  promptCacheKey: false
 }
 
 /** Per-vendor defaults, picked by the base URL's host; configuration can override any field. */
@@ -73,101 +93,37 @@ export const resolveCompat = (baseUrl: string, overrides: Readonly<Record<string
     host = ""
   }
   const vendor = compatTable.find((entry) => entry.host.test(host))
-  const merged: Record<string, unknown> = { ...defaultCompat, ...vendor?.compat }
+  const merged: Record<string, unknown> = { ...defaultCompat, promptCacheKey: host === "api.openai.com", ...vendor?.compat }
   for (const key of Object.keys(defaultCompat)) if (overrides[key] !== undefined) merged[key] = overrides[key]
   return merged as unknown as OpenAiChatCompat
 }
 
-// =============================================================================
-// Wire schema (lenient: unknown fields and vendor extras are ignored)
-// =============================================================================
-
-const OptNum = Schema.optional(Schema.NullOr(Schema.Number))
-const OptStr = Schema.optional(Schema.NullOr(Schema.String))
-
-export const ChatUsage = Schema.Struct({
-  prompt_tokens: OptNum,
-  completion_tokens: OptNum,
-  prompt_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ cached_tokens: OptNum }))),
-  completion_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ reasoning_tokens: OptNum }))),
-  prompt_cache_hit_tokens: OptNum
-})
-
-export const ChatToolCallDelta = Schema.Struct({
-  index: Schema.optional(Schema.Number),
-  id: OptStr,
-  function: Schema.optional(Schema.NullOr(Schema.Struct({ name: OptStr, arguments: OptStr })))
-})
-
-export const ChatChoice = Schema.Struct({
-  index: Schema.optional(Schema.Number),
-  delta: Schema.optional(Schema.NullOr(Schema.Struct({
-    content: OptStr,
-    reasoning_content: OptStr,
-    reasoning: OptStr,
-    refusal: OptStr,
-    tool_calls: Schema.optional(Schema.NullOr(Schema.Array(ChatToolCallDelta)))
-  }))),
-  finish_reason: OptStr,
-  usage: Schema.optional(Schema.NullOr(ChatUsage))
-})
-
-export const ChatChunk = Schema.Struct({
-  id: Schema.optional(Schema.String),
-  model: Schema.optional(Schema.String),
-  choices: Schema.optional(Schema.NullOr(Schema.Array(ChatChoice))),
-  usage: Schema.optional(Schema.NullOr(ChatUsage)),
-  error: Schema.optional(Schema.Unknown)
-})
-export type ChatChunk = typeof ChatChunk.Type
-
 const decodeChunk = decoderFor(ChatChunk)
-
-export const mapUsage = (usage: typeof ChatUsage.Type): Usage => {
-  const prompt = usage.prompt_tokens ?? 0
-  // DeepSeek reports the hit both ways; count it once.
-  const cached = usage.prompt_tokens_details?.cached_tokens ?? usage.prompt_cache_hit_tokens ?? 0
-  return {
-    input: Math.max(0, prompt - cached),
-    output: usage.completion_tokens ?? 0,
-    cacheRead: cached,
-    cacheWrite: 0,
-    reasoning: usage.completion_tokens_details?.reasoning_tokens ?? 0
-  }
-}
-
-type Finish = { readonly stop: StopReason } | { readonly error: string; readonly retryable: boolean }
-
-export const mapFinishReason = (reason: string): Finish => {
-  switch (reason) {
-    case "stop":
-    case "end_turn":
-      return { stop: "stop" }
-    case "length":
-    case "model_context_window_exceeded":
-      return { stop: "length" }
-    case "tool_calls":
-    case "function_call":
-      return { stop: "toolUse" }
-    case "content_filter":
-      return { error: "the response was blocked by the provider's content filter", retryable: false }
-    case "insufficient_system_resource":
-      return { error: "the provider ran out of resources (insufficient_system_resource)", retryable: true }
-    default:
-      return { stop: "stop" }
-  }
-}
 
 // =============================================================================
 // State machine
 // =============================================================================
+
+const isCompleteJson = (text: string): boolean => {
+  try {
+    JSON.parse(text)
+    return true
+  } catch {
+    return false
+  }
+}
 
 export const makeMachine = (meta: StreamMeta): Machine => {
   const assembler = new Assembler(meta)
   let finished = false
   let textIndex: number | undefined
   let thinkingIndex: number | undefined
-  const toolIndexes = new Map<number, number>()
+  // Per thinking block: the field its text came in and the reasoning details that arrived with it.
+  const thinkingSources = new Map<number, { readonly field: string; readonly details: Array<ReasoningDetail> }>()
+  let lastThinkingIndex: number | undefined
+  // Tool calls by wire `index` ("i0") or, when a vendor sends none, by id ("id:call_1").
+  const toolKeys = new Map<string, number>()
+  let lastToolIndex: number | undefined
   let finish: Finish | undefined
 
   const closeText = (out: Array<ResponseEvent>) => {
@@ -177,6 +133,47 @@ export const makeMachine = (meta: StreamMeta): Machine => {
   const closeThinking = (out: Array<ResponseEvent>) => {
     if (thinkingIndex !== undefined) assembler.end(out, thinkingIndex)
     thinkingIndex = undefined
+  }
+  const openThinking = (out: Array<ResponseEvent>, field: string): number => {
+    if (thinkingIndex !== undefined) return thinkingIndex
+    closeText(out)
+    const index = assembler.startThinking(out)
+    thinkingIndex = index
+    lastThinkingIndex = index
+    thinkingSources.set(index, { field, details: [] })
+    // Remember which field it came in, so it can be sent back under the same name.
+    assembler.setSignature(index, field)
+    return index
+  }
+  const text = (out: Array<ResponseEvent>, delta: string) => {
+    if (textIndex === undefined) {
+      closeThinking(out)
+      textIndex = assembler.startText(out)
+    }
+    assembler.textDelta(out, textIndex, delta)
+  }
+
+  /** The block of one tool-call fragment, started when it is the first of its call. */
+  const toolBlockFor = (out: Array<ResponseEvent>, call: typeof ChatToolCallDelta.Type): number => {
+    const id = typeof call.id === "string" && call.id.length > 0 ? call.id : undefined
+    const name = typeof call.function?.name === "string" && call.function.name.length > 0 ? call.function.name : undefined
+    const wireIndex = typeof call.index === "number" ? call.index : undefined
+    const key = wireIndex !== undefined ? `i${wireIndex}` : id !== undefined ? `id:${id}` : undefined
+    let blockIndex = key !== undefined ? toolKeys.get(key) : lastToolIndex
+    if (blockIndex !== undefined && wireIndex !== undefined && id !== undefined && name !== undefined) {
+      // Ollama gives every call of a response index 0: a new id and name on an index whose call
+      // already holds complete arguments starts the next call.
+      const block = assembler.blocks[blockIndex]
+      if (block?.kind === "toolCall" && block.id !== id && isCompleteJson(block.args)) blockIndex = undefined
+    }
+    if (blockIndex === undefined) {
+      closeThinking(out)
+      closeText(out)
+      blockIndex = assembler.startToolCall(out, id ?? `call_${wireIndex ?? toolKeys.size}`, name ?? "")
+      if (key !== undefined) toolKeys.set(key, blockIndex)
+    }
+    lastToolIndex = blockIndex
+    return blockIndex
   }
 
   const complete = (out: Array<ResponseEvent>): LlmError | undefined => {
@@ -192,8 +189,11 @@ export const makeMachine = (meta: StreamMeta): Machine => {
       finished = true
       return classifyStreamError(meta.provider, chunk, "error in stream")
     }
-    assembler.start(out, chunk.model, chunk.id)
-    if (chunk.usage) assembler.usage = mapUsage(chunk.usage)
+    const usage = chunk.usage ?? chunk.x_groq?.usage
+    // Azure opens with a prompt-filter chunk (`choices: []`, empty id and model): nothing to start on yet.
+    if (!assembler.started && (chunk.choices ?? []).length === 0 && !usage) return undefined
+    assembler.start(out, chunk.model || undefined, chunk.id || undefined)
+    if (usage) assembler.usage = mapUsage(usage)
     const choice = chunk.choices?.find((candidate) => (candidate.index ?? 0) === 0)
     if (choice === undefined) return undefined
     if (choice.usage) assembler.usage = mapUsage(choice.usage)
@@ -202,36 +202,27 @@ export const makeMachine = (meta: StreamMeta): Machine => {
       const reasoningField = typeof delta.reasoning_content === "string" ? "reasoning_content" : typeof delta.reasoning === "string" ? "reasoning" : undefined
       const reasoning = reasoningField === "reasoning_content" ? delta.reasoning_content : reasoningField === "reasoning" ? delta.reasoning : undefined
       if (reasoningField !== undefined && typeof reasoning === "string" && reasoning.length > 0) {
-        if (thinkingIndex === undefined) {
-          closeText(out)
-          thinkingIndex = assembler.startThinking(out)
-          // Remember which field it came in, so it can be sent back under the same name.
-          assembler.setSignature(thinkingIndex, reasoningField)
-        }
-        assembler.thinkingDelta(out, thinkingIndex, reasoning)
+        assembler.thinkingDelta(out, openThinking(out, reasoningField), reasoning)
       }
-      const text = typeof delta.content === "string" && delta.content.length > 0 ? delta.content : typeof delta.refusal === "string" ? delta.refusal : undefined
-      if (text !== undefined && text.length > 0) {
-        if (textIndex === undefined) {
-          closeThinking(out)
-          textIndex = assembler.startText(out)
-        }
-        assembler.textDelta(out, textIndex, text)
+      for (const piece of contentParts(delta.content)) {
+        if (piece.kind === "thinking") assembler.thinkingDelta(out, openThinking(out, "content"), piece.text)
+        else text(out, piece.text)
       }
-      if (delta.tool_calls) {
-        for (const call of delta.tool_calls) {
-          const wireIndex = call.index ?? 0
-          let blockIndex = toolIndexes.get(wireIndex)
-          if (blockIndex === undefined) {
-            closeThinking(out)
-            closeText(out)
-            const id = call.id ?? `call_${wireIndex}`
-            blockIndex = assembler.startToolCall(out, id, call.function?.name ?? "")
-            toolIndexes.set(wireIndex, blockIndex)
-          }
-          const fragment = call.function?.arguments
-          if (typeof fragment === "string") assembler.toolCallDelta(out, blockIndex, fragment)
+      if (delta.reasoning_details !== undefined && delta.reasoning_details !== null) {
+        // Details belong to the open thinking block, else the last one (its ThinkingEnd has gone out,
+        // the Done message carries them); alone (encrypted only), they open one.
+        const index = thinkingIndex ?? lastThinkingIndex
+        const target = index ?? openThinking(out, reasoningField ?? "reasoning")
+        const source = thinkingSources.get(target)
+        if (source !== undefined && mergeReasoningDetails(source.details, delta.reasoning_details)) {
+          assembler.setSignature(target, encodeReasoningSignature(source.field, source.details))
         }
+      }
+      if (typeof delta.refusal === "string" && delta.refusal.length > 0) text(out, delta.refusal)
+      for (const call of delta.tool_calls ?? []) {
+        const blockIndex = toolBlockFor(out, call)
+        const fragment = call.function?.arguments
+        if (typeof fragment === "string") assembler.toolCallDelta(out, blockIndex, fragment)
       }
     }
     if (typeof choice.finish_reason === "string" && choice.finish_reason.length > 0) finish = mapFinishReason(choice.finish_reason)
@@ -292,18 +283,25 @@ const assistantItem = (message: AssistantMessage, compat: OpenAiChatCompat, same
   let text = ""
   let reasoning = ""
   let reasoningField: string | undefined
+  const reasoningDetails: Array<unknown> = []
   const toolCalls: Array<unknown> = []
   for (const block of message.content) {
     if (block.type === "text") text += block.text
     else if (block.type === "thinking") {
+      const source = sameModel ? decodeReasoningSignature(block.signature) : { field: undefined, details: [] }
+      // Thinking that came as typed content chunks (Mistral) has no field to go back in.
+      if (source.field === "content") continue
       reasoning += block.thinking
-      if (sameModel && block.signature !== undefined && /^[a-z_]+$/.test(block.signature)) reasoningField = block.signature
+      if (source.field !== undefined) reasoningField = source.field
+      reasoningDetails.push(...source.details)
     } else toolCalls.push({ id: block.id, type: "function", function: { name: block.name, arguments: block.arguments } })
   }
   const item: Record<string, unknown> = { role: "assistant", content: toolCalls.length > 0 && text.length === 0 ? null : text }
   if (toolCalls.length > 0) item["tool_calls"] = toolCalls
   const replay = compat.replayReasoning === "always" || (compat.replayReasoning === "toolCallTurns" && toolCalls.length > 0)
   if (replay && reasoning.length > 0) item[reasoningField ?? "reasoning_content"] = reasoning
+  // OpenRouter keeps a reasoning model's chain (signatures, encrypted blocks) only if they come back verbatim.
+  if (replay && reasoningDetails.length > 0) item["reasoning_details"] = reasoningDetails
   return item
 }
 
@@ -314,6 +312,8 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   if (compat.includeUsage) fields["stream_options"] = { include_usage: true }
   if (settings.maxOutputTokens !== undefined) fields[compat.maxTokensField] = settings.maxOutputTokens
   if (compat.reasoningEffort && settings.thinking?.effort !== undefined) fields["reasoning_effort"] = settings.thinking.effort
+  // In the head: the same for every call of a conversation, so the body stays a prefix of the next.
+  if (compat.promptCacheKey && settings.promptCacheKey !== undefined) fields["prompt_cache_key"] = settings.promptCacheKey
   if (request.tools.length > 0) {
     fields["tools"] = request.tools.map((tool) => ({
       type: "function",

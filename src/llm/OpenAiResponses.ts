@@ -13,7 +13,7 @@ import {
   Assembler,
   classifyStreamError,
   contentText,
-  decodeJson,
+  decodeKnownEvent,
   decoderFor,
   type Group,
   isSameModel,
@@ -54,6 +54,7 @@ const Item = Schema.Struct({
 export const ResponsesEvent = Schema.Struct({
   type: Schema.String,
   item_id: OptStr,
+  output_index: OptNum,
   summary_index: OptNum,
   delta: OptStr,
   arguments: OptStr,
@@ -70,6 +71,24 @@ export const ResponsesEvent = Schema.Struct({
   message: OptStr
 })
 export type ResponsesEvent = typeof ResponsesEvent.Type
+
+/** The event types this adapter reads; any other (keepalive, shell or MCP output, ...) is ignored whatever its shape. */
+const knownEvents: ReadonlySet<string> = new Set([
+  "response.created",
+  "response.in_progress",
+  "response.output_item.added",
+  "response.output_text.delta",
+  "response.refusal.delta",
+  "response.reasoning_summary_text.delta",
+  "response.reasoning_text.delta",
+  "response.function_call_arguments.delta",
+  "response.output_item.done",
+  "response.completed",
+  "response.incomplete",
+  "response.failed",
+  "response.cancelled",
+  "error"
+])
 
 const decodeEvent = decoderFor(ResponsesEvent)
 const decodeItem = decoderFor(Item)
@@ -89,33 +108,44 @@ export const mapUsage = (usage: typeof ResponsesUsage.Type): Usage => {
 // State machine
 // =============================================================================
 
+type Where = { readonly outputIndex: number | null | undefined; readonly itemId: string | null | undefined }
+
 export const makeMachine = (meta: StreamMeta): Machine => {
   const assembler = new Assembler(meta)
   let finished = false
-  // Responses item id -> content index.
+  // Output item -> content index, by `output_index` ("o1") and by item id ("id:msg_1"). GitHub
+  // Copilot gives every event of an item a new item_id, so the output index is asked first.
   const blocks = new Map<string, number>()
-  const summaryIndex = new Map<string, number>()
+  const summaryIndex = new Map<number, number>()
 
-  const blockFor = (out: Array<ResponseEvent>, itemId: string, kind: "text" | "thinking"): number => {
-    let index = blocks.get(itemId)
-    if (index === undefined) {
-      index = kind === "text" ? assembler.startText(out) : assembler.startThinking(out)
-      blocks.set(itemId, index)
-    }
+  const find = ({ outputIndex, itemId }: Where): number | undefined =>
+    (typeof outputIndex === "number" ? blocks.get(`o${outputIndex}`) : undefined) ?? (itemId ? blocks.get(`id:${itemId}`) : undefined)
+  const register = ({ outputIndex, itemId }: Where, index: number): number => {
+    if (typeof outputIndex === "number") blocks.set(`o${outputIndex}`, index)
+    if (itemId) blocks.set(`id:${itemId}`, index)
     return index
   }
+  const blockFor = (out: Array<ResponseEvent>, where: Where, kind: "text" | "thinking"): number =>
+    find(where) ?? register(where, kind === "text" ? assembler.startText(out) : assembler.startThinking(out))
 
-  const onItemAdded = (raw: Record<string, unknown>, out: Array<ResponseEvent>): void => {
+  /** What the done item holds beyond what was streamed (deltas lost or never sent); nothing if they differ. */
+  const missingSuffix = (streamed: string, complete: string): string =>
+    complete.length > streamed.length && complete.startsWith(streamed) ? complete.slice(streamed.length) : ""
+
+  const startCall = (out: Array<ResponseEvent>, where: Where, item: typeof Item.Type): number => {
+    const itemId = item.id ?? undefined
+    const callId = item.call_id ?? itemId ?? `call_${where.outputIndex ?? blocks.size}`
+    return register(where, assembler.startToolCall(out, itemId ? `${callId}|${itemId}` : callId, item.name ?? ""))
+  }
+
+  const onItemAdded = (where: Where, raw: Record<string, unknown>, out: Array<ResponseEvent>): void => {
     const decoded = decodeItem(raw)
     if (Either.isLeft(decoded)) return
     const item = decoded.right
-    if (item.type === "function_call" && item.id) {
-      const callId = item.call_id ?? item.id
-      blocks.set(item.id, assembler.startToolCall(out, `${callId}|${item.id}`, item.name ?? ""))
-    }
+    if (item.type === "function_call" && find(where) === undefined) startCall(out, where, item)
   }
 
-  const onItemDone = (raw: Record<string, unknown>, out: Array<ResponseEvent>): LlmError | undefined => {
+  const onItemDone = (where: Where, raw: Record<string, unknown>, out: Array<ResponseEvent>): LlmError | undefined => {
     const decoded = decodeItem(raw)
     if (Either.isLeft(decoded)) return undefined
     const item = decoded.right
@@ -123,26 +153,22 @@ export const makeMachine = (meta: StreamMeta): Machine => {
     switch (item.type) {
       case "reasoning": {
         // The whole item (with encrypted_content) is what must go back, so it is the signature.
-        const index = blockFor(out, itemId, "thinking")
+        const index = blockFor(out, where, "thinking")
         assembler.setSignature(index, canonicalJson(raw))
         return assembler.end(out, index)
       }
       case "message": {
         const text = (item.content ?? []).map((part) => part.text ?? part.refusal ?? "").join("")
-        const existed = blocks.has(itemId)
-        const index = blockFor(out, itemId, "text")
-        if (!existed && text.length > 0) assembler.textDelta(out, index, text)
+        const index = blockFor(out, where, "text")
+        const block = assembler.blocks[index]
+        if (block?.kind === "text") assembler.textDelta(out, index, missingSuffix(block.text, text))
         assembler.setSignature(index, canonicalJson({ v: 1, id: itemId }))
         return assembler.end(out, index)
       }
       case "function_call": {
-        let index = blocks.get(itemId)
-        if (index === undefined) {
-          index = assembler.startToolCall(out, `${item.call_id ?? itemId}|${itemId}`, item.name ?? "")
-          blocks.set(itemId, index)
-        }
+        const index = find(where) ?? startCall(out, where, item)
         const block = assembler.blocks[index]
-        if (block?.kind === "toolCall" && block.args.length === 0 && item.arguments) assembler.toolCallDelta(out, index, item.arguments)
+        if (block?.kind === "toolCall" && item.arguments) assembler.toolCallDelta(out, index, missingSuffix(block.args, item.arguments))
         return assembler.end(out, index)
       }
       default:
@@ -151,6 +177,7 @@ export const makeMachine = (meta: StreamMeta): Machine => {
   }
 
   const onEvent = (event: ResponsesEvent, out: Array<ResponseEvent>): LlmError | undefined => {
+    const where: Where = { outputIndex: event.output_index, itemId: event.item_id ?? (event.item?.["id"] as string | undefined) }
     switch (event.type) {
       case "response.created":
       case "response.in_progress":
@@ -158,33 +185,33 @@ export const makeMachine = (meta: StreamMeta): Machine => {
         return undefined
       case "response.output_item.added":
         assembler.start(out)
-        if (event.item) onItemAdded(event.item, out)
+        if (event.item) onItemAdded(where, event.item, out)
         return undefined
       case "response.output_text.delta":
       case "response.refusal.delta":
         assembler.start(out)
-        if (event.item_id && event.delta) assembler.textDelta(out, blockFor(out, event.item_id, "text"), event.delta)
+        if (event.delta) assembler.textDelta(out, blockFor(out, where, "text"), event.delta)
         return undefined
       case "response.reasoning_summary_text.delta":
       case "response.reasoning_text.delta": {
         assembler.start(out)
-        if (!event.item_id || !event.delta) return undefined
-        const index = blockFor(out, event.item_id, "thinking")
+        if (!event.delta) return undefined
+        const index = blockFor(out, where, "thinking")
         const part = event.summary_index ?? 0
-        const previous = summaryIndex.get(event.item_id)
+        const previous = summaryIndex.get(index)
         // Summary parts are separate paragraphs.
         if (previous !== undefined && previous !== part) assembler.thinkingDelta(out, index, "\n\n")
-        summaryIndex.set(event.item_id, part)
+        summaryIndex.set(index, part)
         assembler.thinkingDelta(out, index, event.delta)
         return undefined
       }
       case "response.function_call_arguments.delta": {
-        const index = event.item_id ? blocks.get(event.item_id) : undefined
+        const index = find(where)
         if (index !== undefined && event.delta) assembler.toolCallDelta(out, index, event.delta)
         return undefined
       }
       case "response.output_item.done":
-        return event.item ? onItemDone(event.item, out) : undefined
+        return event.item ? onItemDone(where, event.item, out) : undefined
       case "response.completed": {
         finished = true
         if (event.response?.usage) assembler.usage = mapUsage(event.response.usage)
@@ -218,8 +245,8 @@ export const makeMachine = (meta: StreamMeta): Machine => {
     finished: () => finished,
     push: (event: SseEvent, out) => {
       if (finished || event.data.length === 0) return undefined
-      const decoded = decodeJson(decodeEvent, event.data, `${meta.provider} event`)
-      const error = Either.isLeft(decoded) ? decoded.left : onEvent(decoded.right, out)
+      const decoded = decodeKnownEvent(decodeEvent, knownEvents, event.data, `${meta.provider} event`)
+      const error = Either.isLeft(decoded) ? decoded.left : decoded.right === undefined ? undefined : onEvent(decoded.right, out)
       if (error !== undefined) finished = true
       return error
     },
@@ -298,6 +325,9 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   if (request.systemPrompt.length > 0) fields["instructions"] = request.systemPrompt
   if (settings.maxOutputTokens !== undefined) fields["max_output_tokens"] = settings.maxOutputTokens
   if (settings.thinking?.effort !== undefined) fields["reasoning"] = { effort: settings.thinking.effort, summary: "auto" }
+  // In the head: the same for every call of a conversation, so the body stays a prefix of the next.
+  // compat `promptCacheKey: false` for a Responses server that rejects the field.
+  if (settings.compat["promptCacheKey"] !== false && settings.promptCacheKey !== undefined) fields["prompt_cache_key"] = settings.promptCacheKey
   if (request.tools.length > 0) {
     fields["tools"] = request.tools.map((tool) => ({ type: "function", name: tool.name, description: tool.description, parameters: tool.parameters, strict: false }))
   }
