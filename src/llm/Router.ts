@@ -27,7 +27,11 @@ export const ProviderConfig = Schema.Struct({
   apiKey: Schema.Redacted(Schema.String),
   headers: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.String }), { default: () => ({}) }),
   extraBody: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) }),
-  /** Per-API overrides (openai-chat: maxTokensField, includeUsage, replayReasoning, reasoningEffort; anthropic: cacheControl). */
+  /**
+   * Per-API overrides (openai-chat: maxTokensField, includeUsage, replayReasoning,
+   * reasoningEffort, promptCacheKey (default: on for api.openai.com only); openai-responses:
+   * promptCacheKey (default on); anthropic: cacheControl).
+   */
   compat: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) })
 })
 export type ProviderConfig = typeof ProviderConfig.Type

@@ -129,6 +129,23 @@ describe("prices", () => {
     expect(Router.priceOf(config, "other", answer("second", "other-model"))).toBeUndefined()
   })
 
+  it.scopedLive("the router sends OpenAI Responses the conversation's prompt-cache key, the same on every call", () =>
+    Effect.gen(function*() {
+      const fake = yield* Fake.make
+      fake.enqueue(Fake.sse(Fake.openAiResponses.text("one")), Fake.sse(Fake.openAiResponses.text("two")))
+      const config: Router.RouterConfig = {
+        providers: [{ ...provider("oa", fake.baseUrl), api: "openai-responses" }],
+        models: [{ id: "gpt", provider: "oa", upstreamModel: "gpt-5" }]
+      }
+      const calls = ["conv-9/t1/c1", "conv-9/t2/c1"]
+      yield* Effect.gen(function*() {
+        const llm = yield* Llm
+        for (const callId of calls) yield* Stream.runDrain(llm.stream(request, { model: "gpt", callId }))
+      }).pipe(Effect.provide(Router.layer(config).pipe(Layer.provide(NodeHttpClient.layer))))
+      const keys = fake.requests.map((r) => (JSON.parse(r.body) as { prompt_cache_key?: string }).prompt_cache_key)
+      expect(keys).toEqual([Router.promptCacheKeyOf(calls[0]!), Router.promptCacheKeyOf(calls[0]!)])
+    }))
+
   it("the prompt-cache key is the same for every call of a conversation", () => {
     expect(Router.promptCacheKeyOf("conv-1/t1/c1")).toBe(Router.promptCacheKeyOf("conv-1/t7/c3"))
     expect(Router.promptCacheKeyOf("conv-1/t1/c1")).not.toBe(Router.promptCacheKeyOf("conv-2/t1/c1"))
