@@ -7,9 +7,10 @@
  * `GEMINI_API_KEY`, `DEEPSEEK_API_KEY`) yield a default catalogue.
  */
 import { FileSystem } from "@effect/platform"
-import { Config, Context, Effect, Layer, Option, ParseResult, Redacted, Schema } from "effect"
+import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { homedir } from "node:os"
 import { join } from "node:path"
+import { issueLines } from "./config/Issues.js"
 import * as FaultInjection from "./FaultInjection.js"
 import { ApiKind, ModelConfig, RetryConfig } from "./llm/Router.js"
 import type { ProviderConfig, RouterConfig } from "./llm/Router.js"
@@ -285,17 +286,24 @@ const proxyOf = (file: FileConfig, env: Readonly<Record<string, string | undefin
 
 const isPort = (port: number | undefined) => port === undefined || (Number.isInteger(port) && port >= 0 && port <= 65535)
 
-const formatIssue = (error: ParseResult.ParseError) => ParseResult.TreeFormatter.formatErrorSync(error)
 
-/** Decodes the text of a configuration file, with a message that names the file and the bad field. */
+/** ` at line L, column C` of the offset a JSON.parse message names, when it names one. */
+const jsonPosition = (text: string, message: string): string => {
+  const offset = /position (\d+)/.exec(message)?.[1]
+  if (offset === undefined) return ""
+  const before = text.slice(0, Number(offset)).split("\n")
+  return ` at line ${before.length}, column ${before[before.length - 1]!.length + 1}`
+}
+
+/** Decodes the text of a configuration file; each problem is one line naming the file, the field and what was expected. */
 export const decodeFile = (path: string, text: string): Effect.Effect<FileConfig, ConfigError> =>
   Effect.try({
     try: () => JSON.parse(text) as unknown,
-    catch: (cause) => new ConfigError({ message: `${path} is not valid JSON: ${(cause as Error).message}` })
+    catch: (cause) => new ConfigError({ message: `${path}: not valid JSON${jsonPosition(text, (cause as Error).message)}: ${(cause as Error).message}` })
   }).pipe(
-    Effect.flatMap((json) => Schema.decodeUnknown(FileConfig)(json, { onExcessProperty: "error" })),
+    Effect.flatMap((json) => Schema.decodeUnknown(FileConfig)(json, { onExcessProperty: "error", errors: "all" })),
     Effect.mapError((error) =>
-      error._tag === "ParseError" ? new ConfigError({ message: `${path} is not a valid configuration:\n${formatIssue(error)}` }) : error
+      error._tag === "ParseError" ? new ConfigError({ message: issueLines(error).map((line) => `${path}: ${line}`).join("\n") }) : error
     )
   )
 
