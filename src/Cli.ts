@@ -5,7 +5,7 @@
  * exits with status 1.
  */
 import { Command, Options } from "@effect/cli"
-import { Console, Effect, Layer, Option } from "effect"
+import { Console, Effect, Layer, Logger, LogLevel, Option } from "effect"
 import * as Config from "./Config.js"
 import * as Ca from "./hookup/Ca.js"
 import * as Doctor from "./hookup/Doctor.js"
@@ -89,6 +89,25 @@ const root = Command.make("cursor-byok", {}, () => serveProgram).pipe(
 )
 
 const cli = Command.run(root, { name: "cursor-byok", version: "0.1.0" })
+
+const LEVELS: Record<string, LogLevel.LogLevel> = {
+  all: LogLevel.All, trace: LogLevel.Trace, debug: LogLevel.Debug, info: LogLevel.Info,
+  warning: LogLevel.Warning, warn: LogLevel.Warning, error: LogLevel.Error, fatal: LogLevel.Fatal, none: LogLevel.None
+}
+
+/**
+ * The logger: `BYOK_LOG_FORMAT=json` for one JSON object per line (log shippers), the pretty
+ * console logger otherwise; `BYOK_LOG_LEVEL` (trace, debug, info, warning, error, none) for the
+ * minimum level, info by default. An unknown value is refused with the values it takes.
+ */
+export const logging = (env: Readonly<Record<string, string | undefined>>): Layer.Layer<never> | string => {
+  const format = env["BYOK_LOG_FORMAT"]
+  const levelText = env["BYOK_LOG_LEVEL"]
+  if (format !== undefined && format !== "json" && format !== "pretty") return `BYOK_LOG_FORMAT must be json or pretty, got ${format}`
+  const level = levelText === undefined ? LogLevel.Info : LEVELS[levelText.toLowerCase()]
+  if (level === undefined) return `BYOK_LOG_LEVEL must be one of ${Object.keys(LEVELS).join(", ")}, got ${levelText}`
+  return Layer.merge(format === "json" ? Logger.json : Logger.pretty, Logger.minimumLogLevel(level))
+}
 
 /** Runs the command line; a typed failure is one readable line and exit status 1. */
 export const run = (argv: ReadonlyArray<string>) =>

@@ -27,6 +27,7 @@ import { initialRuntime, makeTransition } from "./Loop.js"
 import type { ConversationState, Input, Policy } from "./Loop.js"
 import { makeKeyedLock } from "./internal/KeyedLock.js"
 import { Envelope } from "./runner/Actor.js"
+import { makeTurnClock } from "./runner/TurnLog.js"
 import type { Actor, ActorState, RunnerEnv } from "./runner/Actor.js"
 import { ClientGateway } from "./runner/ClientGateway.js"
 import type { StartedTurn } from "./runner/ClientGateway.js"
@@ -153,6 +154,7 @@ export const make = (options: RunnerOptions) =>
       gateway,
       transition,
       llmStreams,
+      turnClock: makeTurnClock(),
       load,
       remember,
       deliver: (conversationId, envelope) => deliver(conversationId, envelope)

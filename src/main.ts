@@ -5,10 +5,16 @@
  * that; `doctor` checks the hookup; `ca` shows or renews the installation's CA.
  */
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
-import { Effect } from "effect"
+import { Effect, Layer } from "effect"
 import * as Cli from "./Cli.js"
 
-Cli.run(process.argv).pipe(
-  Effect.provide(NodeContext.layer),
-  NodeRuntime.runMain({ disableErrorReporting: true })
-)
+const logging = Cli.logging(process.env)
+if (typeof logging === "string") {
+  process.stderr.write(`${logging}\n`)
+  process.exitCode = 1
+} else {
+  Cli.run(process.argv).pipe(
+    Effect.provide(Layer.merge(NodeContext.layer, logging)),
+    NodeRuntime.runMain({ disableErrorReporting: true, disablePrettyLogger: true })
+  )
+}

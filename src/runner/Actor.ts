@@ -9,6 +9,7 @@ import type { ConversationState, Input, makeTransition, RuntimeState } from "../
 import type { RunnerOptions } from "../Runner.js"
 import type { CorruptRow, StoreError, StoreService } from "../Store.js"
 import type { ClientGateway, TurnRef } from "./ClientGateway.js"
+import type { TurnClock } from "./TurnLog.js"
 
 export type RecoveryOutcome = "reissued" | "resent" | "interrupted" | "none"
 
@@ -51,6 +52,8 @@ export interface RunnerEnv {
   readonly transition: ReturnType<typeof makeTransition>
   /** The running model stream of each conversation. */
   readonly llmStreams: FiberMap.FiberMap<string>
+  /** When this process saw each running turn start and stream its first delta (for the turn's log line). */
+  readonly turnClock: TurnClock
   /** The conversation's committed state and version: cached, or loaded from the store (always when `fresh`). */
   readonly load: (conversationId: string, fresh?: boolean) => Effect.Effect<ActorState, CorruptRow | StoreError>
   /** Caches a committed state. */

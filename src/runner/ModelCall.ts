@@ -9,6 +9,7 @@ import type { Command } from "../Loop.js"
 import * as Metrics from "../Metrics.js"
 import { Envelope } from "./Actor.js"
 import type { Actor, RunnerEnv } from "./Actor.js"
+import { turnOfCall } from "./TurnLog.js"
 
 /** Streams a model call into the actor's mailbox; the call was saved (planned) by the commit before this. */
 export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Command, { _tag: "CallLlm" }>) =>
@@ -33,7 +34,11 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
           if (event._tag === "Done" || event._tag === "Error") finished = true
           if (firstDelta && (event._tag === "TextDelta" || event._tag === "ThinkingDelta" || event._tag === "ToolCallStart")) {
             firstDelta = false
-            timing = Clock.currentTimeMillis.pipe(Effect.flatMap((at) => Metric.update(Metrics.timeToFirstDelta, (at - openedAt) / 1000)))
+            timing = Clock.currentTimeMillis.pipe(Effect.flatMap((at) => {
+              const turnId = turnOfCall(call.callId)
+              if (!env.turnClock.firstDelta.has(turnId)) env.turnClock.firstDelta.set(turnId, at)
+              return Metric.update(Metrics.timeToFirstDelta, (at - openedAt) / 1000)
+            }))
           }
         }
         return Effect.zipRight(timing, feed(events))

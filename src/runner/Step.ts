@@ -4,7 +4,7 @@
  * commit, `stepStream`), publish what it emits, then perform its command: stream a model call,
  * hand a tool call to the client, or end the turn.
  */
-import { Effect, FiberMap, Metric, Option } from "effect"
+import { Clock, Effect, FiberMap, Metric, Option } from "effect"
 import { coalesceDeltas } from "../Llm.js"
 import type { ResponseEvent } from "../Llm.js"
 import { Command, Input, isBusy } from "../Loop.js"
@@ -14,6 +14,7 @@ import { Envelope, turnRefOf } from "./Actor.js"
 import type { Actor, ActorState, RunnerEnv } from "./Actor.js"
 import type { TurnOutcome } from "./ClientGateway.js"
 import { commitOf, derivedInputId } from "./Commits.js"
+import { logTurn } from "./TurnLog.js"
 import { startModelCall } from "./ModelCall.js"
 import { turnUsageOf } from "./Outcomes.js"
 
@@ -52,7 +53,10 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
     if (input._tag === "LlmEvent" && input.event._tag === "Error" && acc.runtime.committed.activeCallId === input.callId) {
       yield* Metric.increment(Metrics.llmErrors)
     }
-    if (input._tag === "Start" && t.state.committed.turnId !== acc.runtime.committed.turnId) yield* Metric.increment(Metrics.turnsStarted)
+    if (input._tag === "Start" && t.state.committed.turnId !== acc.runtime.committed.turnId) {
+      yield* Metric.increment(Metrics.turnsStarted)
+      env.turnClock.started.set(t.state.committed.turnId, yield* Clock.currentTimeMillis)
+    }
     const next: ActorState = { runtime: t.state, version }
     if (t.emit.length > 0) {
       yield* gateway.publish(turnRefOf(t.state.committed), input._tag === "LlmEvent" ? input.callId : "", t.emit)
@@ -157,6 +161,8 @@ const endTurn = (env: RunnerEnv, actor: Actor, acc: ActorState, outcome: TurnOut
     yield* Metric.increment(Metric.tagged(Metrics.turnsFinished, "outcome", outcome._tag === "Final" ? outcome.reason : outcome._tag.toLowerCase()))
     if (outcome._tag === "Canceled") yield* gateway.abort(turn)
     // From the committed answers, once: a turn recovered after a restart counts the calls the previous process made too.
-    yield* gateway.finish(turn, outcome, acc.runtime.committed, turnUsageOf(acc.runtime.committed))
+    const usage = turnUsageOf(acc.runtime.committed)
+    yield* logTurn(env.turnClock, env.options, acc.runtime.committed, outcome, usage)
+    yield* gateway.finish(turn, outcome, acc.runtime.committed, usage)
     return acc
   })
