@@ -15,6 +15,7 @@ import { Chunk, Context, Duration, Effect, Either, FiberSet, Layer, Queue, Sched
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage } from "./Dialect.js"
 import { BidiAppendRequestSchema, BidiAppendResponseSchema } from "./gen/aiserver/v1/aiserver_pb.js"
+import type { BidiAppendRequest } from "./gen/aiserver/v1/aiserver_pb.js"
 import { ClientGateway, Runner } from "./Runner.js"
 import { awaitSettled, dropHeld } from "./transport/Acks.js"
 import { accept, makeInputEnv } from "./transport/ClientInput.js"
@@ -77,6 +78,12 @@ export const make = Effect.gen(function*() {
       }
       const requestId = request.requestId?.requestId ?? ""
       if (requestId === "") return yield* Effect.fail(new ConnectError("invalid_argument", "BidiAppendRequest.request_id is missing"))
+      return yield* appendFor(request, requestId).pipe(Effect.annotateLogs({ requestId }))
+    }).pipe(Effect.annotateLogs({ requestId: requestIdHeader ?? "" }))
+
+  /** An append whose body named its request: the logs of its handling carry that id (the header may lack it). */
+  const appendFor = (request: BidiAppendRequest, requestId: string) =>
+    Effect.gen(function*() {
       if (request.appendSeqno < 0n || request.appendSeqno > BigInt(Number.MAX_SAFE_INTEGER)) {
         return yield* Effect.fail(new ConnectError("out_of_range", `append_seqno ${request.appendSeqno} is out of range`))
       }
@@ -91,7 +98,7 @@ export const make = Effect.gen(function*() {
       // Outside the request's lock, so its other appends are not held up behind this one.
       if (accepted.settled !== undefined) yield* awaitSettled(env, accepted.session, seqno, accepted.settled)
       return toBinary(BidiAppendResponseSchema, create(BidiAppendResponseSchema))
-    }).pipe(Effect.annotateLogs({ requestId: requestIdHeader ?? "" }))
+    })
 
   /** A reader's session: a finished turn whose end a reader already received is a new turn on a reused id. */
   const readerSession = (requestId: string): Effect.Effect<Session> =>
