@@ -11,6 +11,7 @@ import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect
 import { homedir } from "node:os"
 import { join } from "node:path"
 import { issueLines } from "./config/Issues.js"
+import { parseNoProxy } from "./hookup/proxy/Upstream.js"
 import * as FaultInjection from "./FaultInjection.js"
 import { ApiKind, ModelConfig, RetryConfig } from "./llm/Router.js"
 import type { ProviderConfig, RouterConfig } from "./llm/Router.js"
@@ -71,7 +72,9 @@ export const ProxyConfig = Schema.Struct({
   /** No Cursor account: every Cursor procedure is answered here, the account calls by a local identity. */
   offline: Schema.optionalWith(Schema.Boolean, { default: () => false }),
   /** The user's own proxy (`http://[user:pass@]host:port`) for the proxy's outgoing connections; else HTTPS_PROXY. */
-  upstream: Schema.optional(Schema.String)
+  upstream: Schema.optional(Schema.String),
+  /** Hosts the proxy reaches directly, not through `upstream` (NO_PROXY's syntax); else NO_PROXY. */
+  noProxy: Schema.optional(Schema.String)
 })
 
 export const FileConfig = Schema.Struct({
@@ -131,6 +134,8 @@ export interface ServerConfig {
     readonly port: number | undefined
     readonly offline: boolean
     readonly upstream: string | undefined
+    /** Hosts reached directly, never through `upstream`. */
+    readonly noProxy: ReadonlyArray<string>
   }
   readonly maxLlmCallsPerTurn: number
   readonly limits: typeof Limits.Type
@@ -280,7 +285,8 @@ const proxyOf = (file: FileConfig, env: Readonly<Record<string, string | undefin
   return {
     port: portText === undefined ? file.proxy.port ?? undefined : portText === "off" ? undefined : Number(portText),
     offline: offlineText === undefined ? file.proxy.offline : offlineText === "1" || offlineText.toLowerCase() === "true",
-    upstream: upstream === undefined || upstream === "" ? undefined : upstream
+    upstream: upstream === undefined || upstream === "" ? undefined : upstream,
+    noProxy: parseNoProxy(env["BYOK_NO_PROXY"] ?? file.proxy.noProxy ?? env["NO_PROXY"] ?? env["no_proxy"])
   }
 }
 

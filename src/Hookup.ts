@@ -80,7 +80,9 @@ export const layerListeners = (config: ServerConfig, tls: Run.Http2Options["tls"
 export const upstreamOf = (config: ServerConfig): Effect.Effect<UpstreamProxy | undefined, ConfigError> => {
   if (config.proxy.upstream === undefined) return Effect.succeed(undefined)
   const parsed = parseProxyUrl(config.proxy.upstream)
-  return typeof parsed === "string" ? Effect.fail(new ConfigError({ message: parsed })) : Effect.succeed(parsed)
+  return typeof parsed === "string"
+    ? Effect.fail(new ConfigError({ message: parsed }))
+    : Effect.succeed({ ...parsed, bypass: config.proxy.noProxy })
 }
 
 /** The proxy in front of this server's listeners as bound (the HTTP/1.1 port, and h2c for `Run`). */

@@ -75,7 +75,7 @@ describe("Config", () => {
   describe("the IDE hookup's keys", () => {
     it("default: the proxy on 8788 (online), the TLS listener on 8790 with the CA's leaf, the CA in ~/.cursor-byok", () => {
       const config = resolve(empty, {})
-      assert.deepStrictEqual(config.proxy, { port: 8788, offline: false, upstream: undefined })
+      assert.deepStrictEqual(config.proxy, { port: 8788, offline: false, upstream: undefined, noProxy: [] })
       assert.deepStrictEqual(config.http2.tls, { port: 8790, certFile: undefined, keyFile: undefined })
       assert.strictEqual(config.home, join(homedir(), ".cursor-byok"))
     })
@@ -85,8 +85,8 @@ describe("Config", () => {
       assert.strictEqual(off.proxy.port, undefined)
       assert.strictEqual(off.http2.tls, undefined)
       assert.strictEqual(off.home, "/tmp/h")
-      const moved = resolve(empty, { BYOK_PROXY_PORT: "9001", BYOK_TLS_PORT: "9002", BYOK_OFFLINE: "1", HTTPS_PROXY: "http://corp:3128" })
-      assert.deepStrictEqual(moved.proxy, { port: 9001, offline: true, upstream: "http://corp:3128" })
+      const moved = resolve(empty, { BYOK_PROXY_PORT: "9001", BYOK_TLS_PORT: "9002", BYOK_OFFLINE: "1", HTTPS_PROXY: "http://corp:3128", NO_PROXY: "localhost, .corp.example:8443, *.intra" })
+      assert.deepStrictEqual(moved.proxy, { port: 9001, offline: true, upstream: "http://corp:3128", noProxy: ["localhost", ".corp.example", ".intra"] })
       assert.strictEqual(moved.http2.tls?.port, 9002)
       assert.strictEqual(resolve(empty, { HTTPS_PROXY: "http://corp:3128", BYOK_UPSTREAM_PROXY: "http://mine:8080" }).proxy.upstream, "http://mine:8080")
     })
@@ -95,7 +95,7 @@ describe("Config", () => {
       const file = Schema.decodeSync(FileConfig)({ http2: { tls: null }, proxy: { port: null, offline: true } })
       const config = resolve(file, {})
       assert.strictEqual(config.http2.tls, undefined)
-      assert.deepStrictEqual(config.proxy, { port: undefined, offline: true, upstream: undefined })
+      assert.deepStrictEqual(config.proxy, { port: undefined, offline: true, upstream: undefined, noProxy: [] })
       const withFiles = resolve(empty, { BYOK_TLS_CERT: "/c.pem", BYOK_TLS_KEY: "/k.pem" })
       assert.deepStrictEqual(withFiles.http2.tls, { port: 8790, certFile: "/c.pem", keyFile: "/k.pem" })
       const half = Effect.runSync(Effect.flip(validate(resolve(empty, { BYOK_TLS_CERT: "/c.pem" }), {})))

@@ -24,7 +24,7 @@ import { makeForwarder } from "./proxy/Forward.js"
 import type { RoutingTable } from "./proxy/Routing.js"
 import { isInterceptedHost, routeOf } from "./proxy/Routing.js"
 import type { Address, UpstreamProxy } from "./proxy/Upstream.js"
-import { openTcp } from "./proxy/Upstream.js"
+import { bypasses, openTcp } from "./proxy/Upstream.js"
 
 export interface ProxyOptions {
   readonly host: string
@@ -133,7 +133,7 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
     }
 
     const tunnel = (client: Stream.Duplex, target: Address, head: Buffer) => {
-      openTcp(resolve(target), options.upstream).then((remote) => {
+      openTcp(resolve(target), options.upstream, { name: target.host }).then((remote) => {
         track(remote)
         if (client.destroyed) return void remote.destroy()
         client.write(ESTABLISHED)
@@ -184,10 +184,12 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
         return response.end(`only http:// URLs are proxied in plain form, not ${url.protocol}\n`)
       }
       const port = url.port === "" ? 80 : Number(url.port)
+      const upstream = bypasses(options.upstream, url.hostname) ? undefined : options.upstream
+      const direct = resolve({ host: url.hostname, port })
       const outgoing = HttpServer.request({
-        ...(options.upstream === undefined
-          ? { host: resolve({ host: url.hostname, port }).host, port: resolve({ host: url.hostname, port }).port, path: `${url.pathname}${url.search}` }
-          : { host: options.upstream.host, port: options.upstream.port, path: url.href }),
+        ...(upstream === undefined
+          ? { host: direct.host, port: direct.port, path: `${url.pathname}${url.search}` }
+          : { host: upstream.host, port: upstream.port, path: url.href }),
         method: request.method,
         headers: request.headers
       }, (answer) => {

@@ -16,6 +16,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Ca from "../../src/hookup/Ca.js"
 import * as Proxy from "../../src/hookup/Proxy.js"
+import { bypasses, parseNoProxy } from "../../src/hookup/proxy/Upstream.js"
 import { connectTunnel, fakeUpstreamProxy, http1Via, http2Via, tlsVia } from "../support/ProxyClient.js"
 
 const OWNED = "/aiserver.v1.AiService/AvailableModels"
@@ -153,6 +154,23 @@ describe("the intercepting proxy", () => {
       const tunnel = yield* Effect.promise(() => tlsVia(proxyPort, "downloads.cursor.sh", 443, [origin.ca.certPem], ["http/1.1"]))
       tunnel.destroy()
       expect(upstream.targets).toEqual([`127.0.0.1:${origin.port}`, `127.0.0.1:${origin.port}`])
+    }))
+
+  it.scoped("NO_PROXY: a bypassed host is reached directly, the others still through the upstream proxy", () =>
+    Effect.gen(function*() {
+      const upstream = yield* Effect.acquireRelease(Effect.promise(fakeUpstreamProxy), (proxy) => Effect.promise(proxy.close))
+      const { proxyPort, ca, origin } = yield* world({
+        upstream: { host: "127.0.0.1", port: upstream.port, authorization: undefined, url: `http://127.0.0.1:${upstream.port}`, bypass: parseNoProxy("downloads.cursor.sh:443, .corp.example") }
+      })
+      const forwarded = yield* Effect.promise(() => http1Via(proxyPort, "api2.cursor.sh", [ca.certPem], { method: "POST", path: UNOWNED, body: Buffer.from("d") }))
+      expect(forwarded.body.toString()).toBe(`ORIGIN POST ${UNOWNED}\nd`)
+      const tunnel = yield* Effect.promise(() => tlsVia(proxyPort, "downloads.cursor.sh", 443, [origin.ca.certPem], ["http/1.1"]))
+      tunnel.destroy()
+      // The forward to api2.cursor.sh went through the upstream proxy; the tunnel to the bypassed host did not.
+      expect(upstream.targets).toEqual([`127.0.0.1:${origin.port}`])
+      expect(bypasses({ host: "p", port: 1, authorization: undefined, url: "http://p:1", bypass: parseNoProxy("corp.example") }, "git.corp.example")).toBe(true)
+      expect(bypasses({ host: "p", port: 1, authorization: undefined, url: "http://p:1", bypass: parseNoProxy("corp.example") }, "api2.cursor.sh")).toBe(false)
+      expect(bypasses({ host: "p", port: 1, authorization: undefined, url: "http://p:1", bypass: ["*"] }, "anything")).toBe(true)
     }))
 
   it.scoped("garbage, a closed port, a half handshake and a silent client are closed; the proxy serves the next client", () =>

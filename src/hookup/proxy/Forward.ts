@@ -65,7 +65,7 @@ export const makeForwarder = (options: ForwardOptions) => {
   const keyOf = (target: Target) => `${target._tag}|${target.address.host}|${target.address.port}`
 
   const tlsTo = (target: Extract<Target, { _tag: "Origin" }>, alpn: ReadonlyArray<string>) =>
-    openTcp(target.address, options.upstream).then((socket) =>
+    openTcp(target.address, options.upstream, { name: target.servername }).then((socket) =>
       new Promise<Tls.TLSSocket>((resolve, reject) => {
         const secure = Tls.connect({
           socket,

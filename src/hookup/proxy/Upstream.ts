@@ -15,6 +15,23 @@ export interface UpstreamProxy extends Address {
   /** `Proxy-Authorization` value, from the URL's user info. */
   readonly authorization: string | undefined
   readonly url: string
+  /** Hosts reached directly, not through it (`NO_PROXY`): names (a leading dot or none: the name and every name under it), IPs, `*`. */
+  readonly bypass?: ReadonlyArray<string> | undefined
+}
+
+/** `NO_PROXY`'s comma- or space-separated entries, lower-cased, ports dropped. */
+export const parseNoProxy = (text: string | undefined): ReadonlyArray<string> =>
+  (text ?? "").split(/[\s,]+/).map((entry) => entry.trim().toLowerCase().replace(/^\*\./, ".").replace(/:\d+$/, "")).filter((entry) => entry !== "")
+
+/** Whether a host is reached directly rather than through the upstream proxy. */
+export const bypasses = (upstream: UpstreamProxy | undefined, host: string): boolean => {
+  if (upstream === undefined) return true
+  const name = host.toLowerCase().replace(/^\[|\]$/g, "").replace(/\.$/, "")
+  return (upstream.bypass ?? []).some((entry) => {
+    if (entry === "*") return true
+    const base = entry.startsWith(".") ? entry.slice(1) : entry
+    return name === base || name.endsWith(`.${base}`)
+  })
 }
 
 /** Reads an upstream proxy URL (`http://[user:pass@]host:port`); a URL we cannot use is an error message. */
@@ -41,9 +58,12 @@ export class UpstreamError extends Error {
 
 const HEAD_LIMIT = 16 * 1024
 
-/** A TCP connection to `target`, through `upstream` when given. Resolves once bytes can flow. */
-export const openTcp = (target: Address, upstream: UpstreamProxy | undefined, timeoutMs = 10_000): Promise<Net.Socket> =>
+/** A TCP connection to `target`, through `via` unless `name` (default: the target's host) bypasses it. Resolves once bytes can flow. */
+export const openTcp = (target: Address, via: UpstreamProxy | undefined, options: { readonly timeoutMs?: number; readonly name?: string } = {}): Promise<Net.Socket> =>
   new Promise((resolve, reject) => {
+    const timeoutMs = options.timeoutMs ?? 10_000
+    // NO_PROXY is about the name the client asked for, not where it was resolved to.
+    const upstream = bypasses(via, options.name ?? target.host) ? undefined : via
     const first = upstream ?? target
     const socket = Net.connect({ host: first.host, port: first.port })
     const fail = (message: string) => {
