@@ -21,6 +21,7 @@ import { Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import * as http from "node:http"
 import type * as https from "node:https"
+import { request as httpsRequest } from "node:https"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { performance } from "node:perf_hooks"
@@ -57,7 +58,6 @@ export const run = async (options: { readonly runs?: number } = {}) => {
   const server = await startServer(provider.baseUrl, { env: { BENCH_PROXY: "1" }, config: { home } })
   const ca = await Effect.runPromise(Ca.load(home).pipe(Effect.provide(NodeContext.layer)))
   const proxyPort = server.proxyPort!
-  const { request: httpsRequest } = await import("node:https")
   const direct = { host: "127.0.0.1", port: server.port }
   const proxied = { host: "api2.cursor.sh", port: 443 }
   const results = { unaryDirect: [] as Array<number>, unaryProxy: [] as Array<number>, newDirect: [] as Array<number>, newProxy: [] as Array<number> }

@@ -65,7 +65,9 @@ const describeCa = (authority: Ca.Authority) =>
     ].join("\n")
   )
 
-const caShow = Command.make("show", {}, () => Effect.flatMap(home, (dir) => Effect.flatMap(Ca.load(dir), describeCa))).pipe(
+const showCa = Effect.flatMap(home, (dir) => Effect.flatMap(Ca.load(dir), describeCa))
+
+const caShow = Command.make("show", {}, () => showCa).pipe(
   Command.withDescription("Show the installation's CA")
 )
 const caCreate = Command.make("create", {}, () => Effect.flatMap(home, (dir) => Effect.flatMap(Ca.ensure(dir), describeCa))).pipe(
@@ -78,7 +80,7 @@ const caRenew = Command.make("renew", {}, () =>
     yield* Console.log("The old files were moved aside (.bak). Trust the new CA: `cursor-byok setup --trust` (and remove the old one from the OS store).")
   })).pipe(Command.withDescription("Replace the CA (the old files are kept as .bak); trust the new one afterwards"))
 
-const ca = Command.make("ca", {}, () => Effect.flatMap(home, (dir) => Effect.flatMap(Ca.load(dir), describeCa))).pipe(
+const ca = Command.make("ca", {}, () => showCa).pipe(
   Command.withDescription("The installation's CA: show (default), create, renew"),
   Command.withSubcommands([caShow, caCreate, caRenew])
 )

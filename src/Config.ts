@@ -13,7 +13,7 @@ import { join } from "node:path"
 import { issueLines } from "./config/Issues.js"
 import { parseNoProxy } from "./hookup/proxy/Upstream.js"
 import * as FaultInjection from "./FaultInjection.js"
-import { ApiKind, ModelConfig, RetryConfig } from "./llm/Router.js"
+import { ApiKind, ModelConfig, RetryConfig, routingProblem } from "./llm/Router.js"
 import type { ProviderConfig, RouterConfig } from "./llm/Router.js"
 
 // =============================================================================
@@ -315,28 +315,6 @@ export const decodeFile = (path: string, text: string): Effect.Effect<FileConfig
 
 const environment = Effect.sync(() => ({ ...process.env }) as Readonly<Record<string, string | undefined>>)
 
-/** A model's fallback naming a missing provider or repeating a target, or an alias naming no model: the first such problem. */
-export const routingProblem = (config: Pick<ServerConfig, "router">): string | undefined => {
-  const { models, providers, aliases } = config.router
-  for (const [index, model] of models.entries()) {
-    const seen = new Set([`${model.provider}/${model.upstreamModel}`])
-    for (const [k, target] of (model.fallback ?? []).entries()) {
-      const where = `models[${index}] (${model.id}).fallback[${k}]`
-      if (!providers.some((p) => p.id === target.provider)) return `${where} names provider ${target.provider}, which is not configured`
-      const key = `${target.provider}/${target.upstreamModel}`
-      if (seen.has(key)) return `${where} repeats ${key}: a fallback loop`
-      seen.add(key)
-    }
-  }
-  for (const [alias, target] of Object.entries(aliases ?? {})) {
-    if (models.some((m) => m.id === alias)) return `aliases.${alias}: ${alias} is a configured model id already`
-    if (!models.some((m) => m.id === target)) {
-      return `aliases.${alias} names model ${target}, which is not configured${Object.hasOwn(aliases ?? {}, target) ? " (it is an alias: name the model itself)" : ""}`
-    }
-  }
-  return undefined
-}
-
 /** The checks a resolved configuration must pass (ports, the TLS files in pairs). */
 export const validate = (config: ServerConfig, env: Readonly<Record<string, string | undefined>>): Effect.Effect<ServerConfig, ConfigError> =>
   Effect.gen(function*() {
@@ -352,7 +330,7 @@ export const validate = (config: ServerConfig, env: Readonly<Record<string, stri
     if (!isPort(config.proxy.port)) {
       return yield* new ConfigError({ message: `BYOK_PROXY_PORT must be a port number (0-65535) or off, got ${env["BYOK_PROXY_PORT"]}` })
     }
-    const routing = routingProblem(config)
+    const routing = routingProblem(config.router)
     if (routing !== undefined) return yield* new ConfigError({ message: routing })
     if ((config.http2.tls?.certFile === undefined) !== (config.http2.tls?.keyFile === undefined)) {
       return yield* new ConfigError({ message: "the TLS listener takes both a certificate and a key (http2.tls.certFile and keyFile, or BYOK_TLS_CERT and BYOK_TLS_KEY), or neither (the CA's leaf)" })

@@ -106,11 +106,7 @@ export const layerApp = (config: ServerConfig) => {
     policy: Prompt.policy(config.maxLlmCallsPerTurn),
     classifyTool,
     interruptedResult,
-    costOf: (model, message) => {
-      const price = Router.priceOf(config.router, model, message)
-      const configured = Router.modelOf(config.router, model)
-      return price === undefined || configured === undefined ? undefined : { usd: Router.costOf(price, message.usage), model: configured.id }
-    }
+    costOf: (model, message) => Router.answerCost(config.router, model, message)
   }).pipe(
     Layer.provideMerge(Transport.layerSessions(transportOptions(config))),
     Layer.provideMerge(FaultInjection.wrapStore(Store.layerSqlite({ filename: config.database }), config.faults)),

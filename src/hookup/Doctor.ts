@@ -8,7 +8,6 @@ import { FileSystem } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { Console, Duration, Effect, Option, Schema, Stream } from "effect"
 import * as Http from "node:http"
-import * as Net from "node:net"
 import * as Tls from "node:tls"
 import * as Config from "../Config.js"
 import type { ServerConfig } from "../Config.js"
@@ -17,6 +16,7 @@ import * as Router from "../llm/Router.js"
 import * as Ca from "./Ca.js"
 import * as CursorSettings from "./CursorSettings.js"
 import { desiredFor, settingsPathOf } from "./Setup.js"
+import { openTcp } from "./proxy/Upstream.js"
 import * as Trust from "./Trust.js"
 
 export type Status = "ok" | "FAIL" | "warn" | "off"
@@ -52,33 +52,29 @@ const healthz = (host: string, port: number) =>
     })
   )
 
-/** CONNECT api2.cursor.sh:443 through the proxy, TLS trusting only our CA, then ServerTime (answered locally). */
+/** CONNECT api2.cursor.sh:443 through the proxy (as an upstream proxy is reached), TLS trusting only our CA, then ServerTime (answered locally). */
 const throughProxy = (host: string, port: number, caPem: string) =>
-  attempt(() =>
-    new Promise<number>((resolve, reject) => {
-      const socket = Net.connect({ host, port }, () => socket.write("CONNECT api2.cursor.sh:443 HTTP/1.1\r\nHost: api2.cursor.sh:443\r\n\r\n"))
-      socket.on("error", reject)
-      socket.once("data", (head: Buffer) => {
-        if (!/^HTTP\/1\.[01] 200/.test(head.toString("latin1"))) return reject(new Error(`the proxy answered ${head.toString("latin1").split("\r\n")[0]}`))
-        const secure = Tls.connect({ socket, servername: "api2.cursor.sh", ca: [caPem], ALPNProtocols: ["http/1.1"] })
-        secure.on("error", (error) => reject(new Error(`TLS through the proxy: ${error.message}`)))
-        secure.once("secureConnect", () => {
-          const request = Http.request({
-            createConnection: () => secure,
-            method: "POST",
-            path: "/aiserver.v1.AiService/ServerTime",
-            headers: { host: "api2.cursor.sh", "content-type": "application/proto", "content-length": "0" }
-          }, (response) => {
-            response.resume()
-            resolve(response.statusCode ?? 0)
-            secure.destroy()
-          })
-          request.on("error", reject)
-          request.end()
+  attempt(async () => {
+    const socket = await openTcp({ host: "api2.cursor.sh", port: 443 }, { host, port, authorization: undefined, url: `http://${host}:${port}` }, { timeoutMs: TIMEOUT_MS })
+    return new Promise<number>((resolve, reject) => {
+      const secure = Tls.connect({ socket, servername: "api2.cursor.sh", ca: [caPem], ALPNProtocols: ["http/1.1"] })
+      secure.on("error", (error) => reject(new Error(`TLS through the proxy: ${error.message}`)))
+      secure.once("secureConnect", () => {
+        const request = Http.request({
+          createConnection: () => secure,
+          method: "POST",
+          path: "/aiserver.v1.AiService/ServerTime",
+          headers: { host: "api2.cursor.sh", "content-type": "application/proto", "content-length": "0" }
+        }, (response) => {
+          response.resume()
+          resolve(response.statusCode ?? 0)
+          secure.destroy()
         })
+        request.on("error", reject)
+        request.end()
       })
     })
-  )
+  })
 
 const h2Listener = (host: string, port: number, caPem: string | undefined) =>
   attempt(() =>

@@ -18,11 +18,12 @@ import type * as Net from "node:net"
 import type * as Stream from "node:stream"
 import type * as Tls from "node:tls"
 import { ConfigError } from "../Config.js"
+import { RUN_PATH } from "../transport/Run.js"
 import * as Ca from "./Ca.js"
 import type { ClientRequest, ClientResponse, Forwarder } from "./proxy/Forward.js"
 import { makeForwarder } from "./proxy/Forward.js"
 import type { RoutingTable } from "./proxy/Routing.js"
-import { isInterceptedHost, routeOf } from "./proxy/Routing.js"
+import { isInterceptedHost, pathOf, routeOf } from "./proxy/Routing.js"
 import type { Address, UpstreamProxy } from "./proxy/Upstream.js"
 import { bypasses, openTcp } from "./proxy/Upstream.js"
 
@@ -89,7 +90,7 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
     const route = (host: string) => (request: ClientRequest, response: ClientResponse) => {
       const http2 = request.httpVersionMajor === 2
       if (routeOf(options.routing, request.url ?? "/") === "local") {
-        const toRun = (request.url ?? "").startsWith("/agent.v1.AgentService/Run") && !(request.url ?? "").startsWith("/agent.v1.AgentService/RunSSE")
+        const toRun = pathOf(request.url ?? "/") === RUN_PATH
         const dispatch = options.local.dispatch
         if (!http2 && !toRun && dispatch !== undefined) return dispatch(request as Http.IncomingMessage, response as Http.ServerResponse)
         const h2c = toRun && options.local.h2cPort !== undefined

@@ -98,6 +98,28 @@ export const RouterConfig = Schema.Struct({
 })
 export type RouterConfig = typeof RouterConfig.Type
 
+/** A model's fallback naming a missing provider or repeating a target, or an alias naming no model: the first such problem. */
+export const routingProblem = (config: RouterConfig): string | undefined => {
+  const { models, providers, aliases } = config
+  for (const [index, model] of models.entries()) {
+    const seen = new Set([`${model.provider}/${model.upstreamModel}`])
+    for (const [k, target] of (model.fallback ?? []).entries()) {
+      const where = `models[${index}] (${model.id}).fallback[${k}]`
+      if (!providers.some((p) => p.id === target.provider)) return `${where} names provider ${target.provider}, which is not configured`
+      const key = `${target.provider}/${target.upstreamModel}`
+      if (seen.has(key)) return `${where} repeats ${key}: a fallback loop`
+      seen.add(key)
+    }
+  }
+  for (const [alias, target] of Object.entries(aliases ?? {})) {
+    if (models.some((m) => m.id === alias)) return `aliases.${alias}: ${alias} is a configured model id already`
+    if (!models.some((m) => m.id === target)) {
+      return `aliases.${alias} names model ${target}, which is not configured${Object.hasOwn(aliases ?? {}, target) ? " (it is an alias: name the model itself)" : ""}`
+    }
+  }
+  return undefined
+}
+
 export const adapters: Readonly<Record<ApiKind, Adapter>> = {
   "openai-chat": OpenAiChat.adapter,
   anthropic: Anthropic.adapter,
@@ -174,8 +196,15 @@ export const priceOf = (config: RouterConfig, modelId: string, message: Assistan
   return target?.price ?? model.price
 }
 
+/** What an answer cost, with the configured model the asked-for id names; undefined without a price. */
+export const answerCost = (config: RouterConfig, modelId: string, message: AssistantMessage): { readonly usd: number; readonly model: string } | undefined => {
+  const model = modelOf(config, modelId)
+  const price = priceOf(config, modelId, message)
+  return model === undefined || price === undefined ? undefined : { usd: costOf(price, message.usage), model: model.id }
+}
+
 /** The stable per-conversation prompt-cache key for a call id (`<conversation>/t<n>/c<n>`). */
-export const promptCacheKeyOf = (callId: string): string => `byok-${callId.split("/t")[0] ?? callId}`
+export const promptCacheKeyOf = (callId: string): string => `byok-${callId.replace(/\/t\d+\/c\d+$/, "")}`
 
 /**
  * The request for a model that takes no images: each image in a user message or a tool result

@@ -3,6 +3,7 @@
  * API hosts are decrypted; of their procedures, those this server owns are answered here and
  * the rest reach Cursor unchanged (or, offline, are answered here too).
  */
+import { RUN_PATH } from "../../transport/Run.js"
 
 /** Cursor's API hosts: api2 and api3, and the agent hosts under api5 (`agent.api5.cursor.sh`, `agentn.api5.cursor.sh`). */
 export const isInterceptedHost = (host: string) => {
@@ -11,11 +12,10 @@ export const isInterceptedHost = (host: string) => {
 }
 
 /** The agent procedures: the turn itself, on either wire. */
-export const agentProcedures = [
-  "/agent.v1.AgentService/Run",
-  "/agent.v1.AgentService/RunSSE",
-  "/aiserver.v1.BidiService/BidiAppend"
-] as const
+export const agentProcedures: ReadonlyArray<string> = [RUN_PATH, "/agent.v1.AgentService/RunSSE", "/aiserver.v1.BidiService/BidiAppend"]
+
+/** A request target's path, without its query. */
+export const pathOf = (url: string): string => url.split("?")[0] ?? url
 
 export interface RoutingTable {
   /** Answered here even with a Cursor account. */
@@ -27,7 +27,7 @@ export interface RoutingTable {
 export type Route = "local" | "origin"
 
 export const routeOf = (table: RoutingTable, url: string): Route => {
-  const path = url.split("?")[0] ?? url
-  if (table.offline || table.local.has(path) || (agentProcedures as ReadonlyArray<string>).includes(path)) return "local"
+  const path = pathOf(url)
+  if (table.offline || table.local.has(path) || agentProcedures.includes(path)) return "local"
   return "origin"
 }

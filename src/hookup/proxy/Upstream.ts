@@ -49,13 +49,6 @@ export const parseProxyUrl = (text: string): UpstreamProxy | string => {
   return { host: url.hostname.replace(/^\[|\]$/g, ""), port: url.port === "" ? 80 : Number(url.port), authorization, url: `http://${url.host}` }
 }
 
-/** A connection error with the place it happened, for the log line and the client's 502. */
-export class UpstreamError extends Error {
-  constructor(readonly target: Address, message: string) {
-    super(message)
-  }
-}
-
 const HEAD_LIMIT = 16 * 1024
 
 /** A TCP connection to `target`, through `via` unless `name` (default: the target's host) bypasses it. Resolves once bytes can flow. */
@@ -68,10 +61,10 @@ export const openTcp = (target: Address, via: UpstreamProxy | undefined, options
     const socket = Net.connect({ host: first.host, port: first.port })
     const fail = (message: string) => {
       socket.destroy()
-      reject(new UpstreamError(target, message))
+      reject(new Error(message))
     }
     socket.setTimeout(timeoutMs, () => fail(`no connection to ${first.host}:${first.port} within ${timeoutMs} ms`))
-    socket.once("error", (error) => fail(`${upstream === undefined ? "" : `upstream proxy ${upstream.url}: `}${error.message}`))
+    socket.once("error", (error) => fail(`${upstream === undefined ? "" : `proxy ${upstream.url}: `}${error.message}`))
     socket.once("connect", () => {
       if (upstream === undefined) {
         socket.setTimeout(0)
