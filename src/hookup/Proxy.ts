@@ -104,33 +104,33 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
       }
     }
 
-    /** One TLS endpoint per intercepted host, its leaf renewed a day before it expires. */
-    const interceptors = new Map<string, Promise<{ readonly server: Http2.Http2SecureServer; readonly renewAt: number }>>()
+    /** A TLS endpoint for one intercepted host, holding that host's leaf. */
+    const endpoint = (host: string) => (leaf: Ca.Leaf) => {
+      const server = Http2.createSecureServer({
+        cert: leaf.certPem,
+        key: leaf.keyPem,
+        allowHTTP1: true,
+        handshakeTimeout: idleMs,
+        settings: { initialWindowSize: 1 << 20 }
+      })
+      server.on("request", route(host))
+      server.on("tlsClientError", (error: Error, socket: Tls.TLSSocket) => {
+        log(`TLS with the client for ${host} failed: ${error.message}`)
+        socket.destroy()
+      })
+      server.on("session", (session: Http2.ServerHttp2Session) => session.on("error", () => undefined))
+      return server
+    }
+
+    /** One endpoint per intercepted host, made on its first CONNECT and again a day before its leaf expires. */
+    const interceptors = new Map<string, { readonly server: Promise<Http2.Http2SecureServer>; readonly renewAt: number }>()
     const interceptor = (host: string) => {
       const current = interceptors.get(host)
-      const fresh = current?.then((entry) => entry.renewAt > Date.now() ? entry : undefined)
-      return (fresh ?? Promise.resolve(undefined)).then((entry) => {
-        if (entry !== undefined) return entry.server
-        const made = Effect.runPromise(Ca.issueLeaf(options.authority, [host])).then((leaf) => {
-          const server = Http2.createSecureServer({
-            cert: leaf.certPem,
-            key: leaf.keyPem,
-            allowHTTP1: true,
-            handshakeTimeout: idleMs,
-            settings: { initialWindowSize: 1 << 20 }
-          })
-          server.on("request", route(host))
-          server.on("tlsClientError", (error: Error, socket: Tls.TLSSocket) => {
-            log(`TLS with the client for ${host} failed: ${error.message}`)
-            socket.destroy()
-          })
-          server.on("session", (session: Http2.ServerHttp2Session) => session.on("error", () => undefined))
-          return { server, renewAt: leaf.notAfter.getTime() - 86_400_000 }
-        })
-        interceptors.set(host, made)
-        made.catch(() => interceptors.delete(host))
-        return made.then((entry) => entry.server)
-      })
+      if (current !== undefined && current.renewAt > Date.now()) return current.server
+      const server = Effect.runPromise(Ca.issueLeaf(options.authority, [host])).then(endpoint(host))
+      interceptors.set(host, { server, renewAt: Date.now() + (Ca.LEAF_VALIDITY_DAYS - 1) * 86_400_000 })
+      server.catch(() => interceptors.delete(host))
+      return server
     }
 
     const tunnel = (client: Stream.Duplex, target: Address, head: Buffer) => {
