@@ -10,7 +10,7 @@
  * runner; this module binds them to the runner and serves the routes.
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
-import { HttpLayerRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { HttpLayerRouter, HttpServerResponse } from "@effect/platform"
 import { Chunk, Context, Duration, Effect, Either, FiberSet, Layer, Queue, Schedule, Stream } from "effect"
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage } from "./Dialect.js"
@@ -20,7 +20,8 @@ import { ClientGateway, Runner } from "./Runner.js"
 import { awaitSettled, dropHeld } from "./transport/Acks.js"
 import { accept, makeInputEnv } from "./transport/ClientInput.js"
 import type { InputEnv } from "./transport/ClientInput.js"
-import { ConnectError, decodeUnaryBody, endStreamFrame, httpStatusOf, parseEnvelopes } from "./transport/Connect.js"
+import { readBody } from "./transport/Body.js"
+import { ConnectError, endStreamFrame, httpStatusOf, parseEnvelopes } from "./transport/Connect.js"
 import type { TransportOptions } from "./transport/Options.js"
 import * as Recovery from "./transport/Recovery.js"
 import { HEARTBEAT_FRAME, isUnresolved } from "./transport/Session.js"
@@ -167,43 +168,6 @@ const joinFrames = (frames: Chunk.Chunk<Uint8Array>): Chunk.Chunk<Uint8Array> =>
   return Chunk.of(out)
 }
 
-/** How much of an oversized body is read and dropped before the connection is cut instead. */
-const DRAIN_LIMIT = 64 * 1024 * 1024
-
-/** Reads a request body up to `limit` bytes (after gzip), or fails with `resource_exhausted`. */
-const readBody = (request: HttpServerRequest.HttpServerRequest, limit: number) =>
-  Effect.gen(function*() {
-    const declared = Number(request.headers["content-length"] ?? Number.NaN)
-    if (Number.isFinite(declared) && declared > limit) {
-      return yield* Effect.fail(new ConnectError("resource_exhausted", `request body of ${declared} bytes exceeds the limit of ${limit}`))
-    }
-    if (Number.isFinite(declared)) {
-      // The HTTP parser frames the body by its declared length (within the limit, checked
-      // above): read it in one go, which costs far less than a body stream.
-      const bytes = yield* request.arrayBuffer.pipe(
-        Effect.mapError(() => new ConnectError("invalid_argument", "the request body could not be read"))
-      )
-      const whole = decodeUnaryBody(new Uint8Array(bytes), request.headers["content-encoding"], limit)
-      return whole instanceof ConnectError ? yield* Effect.fail(whole) : whole
-    }
-    const chunks: Array<Uint8Array> = []
-    let size = 0
-    // Past the limit the rest is read and dropped, so the client gets the error rather than a
-    // reset connection; a body far past it (abuse) is cut off.
-    yield* request.stream.pipe(
-      Stream.mapError(() => new ConnectError("invalid_argument", "the request body could not be read")),
-      Stream.runForEach((chunk) => {
-        size += chunk.length
-        if (size > limit + DRAIN_LIMIT) return Effect.fail(new ConnectError("resource_exhausted", `request body exceeds the limit of ${limit} bytes`))
-        if (size <= limit) chunks.push(chunk)
-        return Effect.void
-      })
-    )
-    if (size > limit) return yield* Effect.fail(new ConnectError("resource_exhausted", `request body of ${size} bytes exceeds the limit of ${limit}`))
-    const body = Buffer.concat(chunks)
-    const decoded = decodeUnaryBody(new Uint8Array(body.buffer, body.byteOffset, body.byteLength), request.headers["content-encoding"], limit)
-    return decoded instanceof ConnectError ? yield* Effect.fail(decoded) : decoded
-  })
 
 const unaryError = (error: ConnectError) =>
   HttpServerResponse.unsafeJson(error.toJson(), { status: httpStatusOf(error.code) })

@@ -7,7 +7,8 @@
 import { create, fromBinary, fromJson, toBinary, toJson } from "@bufbuild/protobuf"
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf"
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Clock, Effect, Stream } from "effect"
+import { Clock, Effect } from "effect"
+import { readBody } from "../Body.js"
 import { ConnectError, httpStatusOf } from "../Connect.js"
 import type { CatalogueOptions } from "./Catalogue.js"
 
@@ -49,19 +50,14 @@ const readUnary = <Desc extends DescMessage>(request: HttpServerRequest.HttpServ
     }
   })
 
-/** Whether the body fits in `limit` bytes; stops reading as soon as it does not. */
-const bodyFits = (request: HttpServerRequest.HttpServerRequest, limit: number) => {
-  const declared = Number(request.headers["content-length"])
-  return Number.isFinite(declared) && declared > limit
-    ? Effect.succeed(false)
-    : request.stream.pipe(
-      Stream.runFoldWhile(0, (total) => total <= limit, (total, chunk) => total + chunk.length),
-      Effect.map((total) => total <= limit),
-      Effect.orElseSucceed(() => true)
-    )
-}
-
 const tooLarge = (path: Path) => unaryError(new ConnectError("resource_exhausted", `the body of ${path} exceeds ${maxSinkBytes} bytes`))
+
+/** A sink's answer once its body is read (and dropped); only a body over the limit is refused: what it holds is never looked at. */
+const sinking = (path: Path, request: HttpServerRequest.HttpServerRequest, answer: HttpServerResponse.HttpServerResponse) =>
+  readBody(request, maxSinkBytes).pipe(
+    Effect.as(answer),
+    Effect.catchAll((error) => Effect.succeed(error.code === "resource_exhausted" ? tooLarge(path) : answer))
+  )
 
 /** `answer` gets the time the request arrived, in Unix milliseconds (from `Clock`). */
 export const unary = <In extends DescMessage, Out extends DescMessage>(
@@ -87,7 +83,7 @@ export const sink = <Out extends DescMessage>(path: Path, responseSchema: Out): 
   method: "POST",
   path,
   handle: () => (request) =>
-    Effect.map(bodyFits(request, maxSinkBytes), (fits) => fits ? respond(request, responseSchema, create(responseSchema)) : tooLarge(path))
+    sinking(path, request, respond(request, responseSchema, create(responseSchema)))
 })
 
 /** OTLP/HTTP export: 200 with an empty body of the request's type (`{}` for JSON). */
@@ -95,12 +91,13 @@ export const otlpSink = (path: Path): Procedure => ({
   method: "POST",
   path,
   handle: () => (request) =>
-    Effect.map(bodyFits(request, maxSinkBytes), (fits) =>
-      !fits
-        ? tooLarge(path)
-        : isJson(request)
+    sinking(
+      path,
+      request,
+      isJson(request)
         ? HttpServerResponse.unsafeJson({})
-        : HttpServerResponse.uint8Array(new Uint8Array(), { contentType: request.headers["content-type"] ?? "application/x-protobuf" }))
+        : HttpServerResponse.uint8Array(new Uint8Array(), { contentType: request.headers["content-type"] ?? "application/x-protobuf" })
+    )
 })
 
 /** A plain `GET` answered with JSON. */
