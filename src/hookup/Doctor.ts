@@ -89,7 +89,7 @@ const h2Listener = (host: string, port: number, caPem: string | undefined) =>
   )
 
 /** A one-token request to a model: time to first event and output tokens per second. */
-const probeModel = (config: ServerConfig, model: string) =>
+const probeModel = (model: string) =>
   Effect.gen(function*() {
     const llm = yield* Llm
     const started = Date.now()
@@ -112,7 +112,7 @@ const probeModel = (config: ServerConfig, model: string) =>
     const ttft = (firstAt ?? ended) - started
     const rate = output > 0 && ended > (firstAt ?? started) ? ` ${(output / ((ended - (firstAt ?? started)) / 1000)).toFixed(1)} tokens/s` : ""
     return `first token ${ttft} ms,${rate || " 1 token"}`
-  }).pipe(Effect.provide(Router.layer(config.router)), Effect.provide(NodeHttpClient.layerUndici))
+  })
 
 export interface CheckOptions {
   readonly config: ServerConfig
@@ -186,12 +186,16 @@ export const checks = (options: CheckOptions) =>
         : check("HTTP/2 listener (Run)", "FAIL", `https://${config.host}:${config.http2.tls.port}: ${h2._tag === "Left" ? h2.left.message : `ALPN ${h2.right}`}`, "start the server; or set http2.tls to null (then `cursor-byok setup` again)"))
     }
 
-    for (const model of config.models) {
-      const answered = yield* probeModel(config, model.id).pipe(Effect.either)
-      results.push(answered._tag === "Right"
-        ? check(`model ${model.id}`, "ok", answered.right)
-        : check(`model ${model.id}`, "FAIL", answered.left.message, `check provider ${model.provider}'s key, base URL and model name`))
-    }
+    // One router (and HTTP client) for every model's probe.
+    yield* Effect.forEach(config.models, (model) =>
+      probeModel(model.id).pipe(
+        Effect.either,
+        Effect.map((answered) =>
+          results.push(answered._tag === "Right"
+            ? check(`model ${model.id}`, "ok", answered.right)
+            : check(`model ${model.id}`, "FAIL", answered.left.message, `check provider ${model.provider}'s key, base URL and model name`))
+        )
+      ), { discard: true }).pipe(Effect.provide(Router.layer(config.router)), Effect.provide(NodeHttpClient.layerUndici))
     return results
   })
 
