@@ -169,7 +169,9 @@ const oneRun = (length: number, pool: ReturnType<typeof makePool>) =>
                 model: "bench-model",
                 request,
                 messagesHash: next.messagesHash,
-                requestHash: requestHash("bench-model", request, next.messagesHash, count)
+                requestHash: requestHash("bench-model", request, next.messagesHash, count),
+                segmentStart: 0,
+                detached: false
               }
             }
             : {

@@ -184,7 +184,9 @@ export const Done = Schema.TaggedStruct("Done", { reason: StopReason, message: A
 export const ErrorEvent = Schema.TaggedStruct("Error", {
   reason: Schema.Literal("error", "aborted"),
   message: Schema.String,
-  retryable: Schema.Boolean
+  retryable: Schema.Boolean,
+  /** Set when the provider refused the request as longer than the model's context window. */
+  code: Schema.optional(Schema.Literal("contextOverflow"))
 })
 
 export const ResponseEvent = Schema.Union(

@@ -24,6 +24,7 @@ import {
   AssistantMessage,
   extendMessagesHash,
   messageHash,
+  messagesHash as messagesHashOf,
   toolCallsOf,
   ToolCall,
   ToolResultMessage,
@@ -31,6 +32,26 @@ import {
 } from "./Llm.js"
 import type { RequestMessages, ResponseEvent, ToolDefinition, UserContent } from "./Llm.js"
 import { emptyMessagesHash, Message } from "./Llm.js"
+import {
+  chooseCut,
+  CompactionRun,
+  ContextSize,
+  countedSize,
+  defaultCompactionPolicy,
+  elideStale,
+  estimateTokens,
+  manualCut,
+  originSegment,
+  Segment,
+  summaryInstruction,
+  summaryMessage,
+  summaryTextOf,
+  tailBudget,
+  unknownContextSize
+} from "./loop/Segments.js"
+import type { ClientHistory, CompactionPolicy, CompactionTrigger } from "./loop/Segments.js"
+
+export * from "./loop/Segments.js"
 
 // =============================================================================
 // State
@@ -139,13 +160,28 @@ export const ConversationState = Schema.Struct({
   llmCallSeq: Schema.Int,
   /** The model call whose stream is being read, if any. */
   activeCallId: Schema.NullOr(Schema.String),
-  /** The model history: append-only. */
+  /**
+   * The model history: the current segment of the conversation's journal, append-only within
+   * the segment. A compaction or a rewind replaces it by a new segment (see `segment`).
+   */
   messages: Schema.Array(Message),
   /** Hash chain over `messages` (see `Llm.messagesHash`), extended at each append. */
   messagesHash: Schema.String,
   waiting: Schema.NullOr(WaitingClient),
   /** User messages that arrived mid-step; appended at the next step boundary, never lost. */
-  queued: Schema.Array(UserMessage)
+  queued: Schema.Array(UserMessage),
+  /** Where `messages` begin in the journal, and how that segment began. */
+  segment: Schema.optionalWith(Segment, { default: () => originSegment }),
+  /** What the last answer counted the segment at (for the next request's estimate and the context meter). */
+  context: Schema.optionalWith(ContextSize, { default: () => unknownContextSize }),
+  /** Messages of the segment when a turn last ended final: the client's checkpoint names that many. */
+  checkpointed: Schema.optionalWith(Schema.Int, { default: () => 0 }),
+  /** The summary call in flight, if any. */
+  compaction: Schema.optionalWith(Schema.NullOr(CompactionRun), { default: () => null }),
+  /** A compaction was tried since the last answer: no automatic one until an answer commits (never loops). */
+  compactGuard: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+  /** Compactions so far (Cursor's `self_summary_count`). */
+  summaries: Schema.optionalWith(Schema.Int, { default: () => 0 })
 })
 export type ConversationState = typeof ConversationState.Type
 
@@ -182,7 +218,13 @@ export const initialConversation = (conversationId: string): ConversationState =
   messages: [],
   messagesHash: emptyMessagesHash,
   waiting: null,
-  queued: []
+  queued: [],
+  segment: originSegment,
+  context: unknownContextSize,
+  checkpointed: 0,
+  compaction: null,
+  compactGuard: false,
+  summaries: 0
 })
 
 export const initialRuntime = (conversationId: string): RuntimeState => ({
@@ -199,11 +241,22 @@ export const isBusy = (state: ConversationState): boolean =>
 // =============================================================================
 
 export type Input = Data.TaggedEnum<{
-  /** A new turn: the user's message, context the client attached, and the turn's settings. */
+  /**
+   * A new turn: the user's message, context the client attached, and the turn's settings.
+   * `clientHistory` is what the client holds of the history: naming fewer messages than the
+   * last turn left, as a prefix of them, it rewinds to that prefix.
+   */
   Start: {
     readonly message: UserMessage
     readonly context: ReadonlyArray<UserContent>
     readonly settings: TurnSettings
+    readonly clientHistory?: ClientHistory
+  }
+  /** A turn that only compacts the history (the user's summarize), with what the user asks of the summary. */
+  Summarize: {
+    readonly instructions: string
+    readonly settings: TurnSettings
+    readonly clientHistory?: ClientHistory
   }
   LlmEvent: { readonly callId: string; readonly event: ResponseEvent }
   ToolResult: { readonly message: ToolResultMessage }
@@ -215,19 +268,28 @@ export const Input = Data.taggedEnum<Input>()
 export type Command = Data.TaggedEnum<{
   /** Keep reading the current model stream. */
   ContinueLlm: {}
-  /** Save the call, then stream `request` from `model`; feed every event back as `LlmEvent(callId)`. */
+  /**
+   * Save the call, then stream `request` from `model`; feed every event back as `LlmEvent(callId)`.
+   * An `answer` sends the history as it is; a `summary` sends it plus an instruction (and, after
+   * an overflow, with stale tool output elided), so its messages are not a prefix of the history.
+   */
   CallLlm: {
     readonly callId: string
     readonly model: string
     readonly request: RequestMessages
     readonly messagesHash: string
+    readonly purpose: "answer" | "summary"
+    readonly maxOutputTokens?: number
   }
   /** Save the operation, then run the tool call on the client; its result comes back as `ToolResult`. */
   CallClient: { readonly operationId: string; readonly toolCall: ToolCall }
   /** Nothing to do until the next input. */
   WaitInput: {}
-  /** The turn is over; `reason: "length"` means the answer was cut off at the output limit. */
-  Final: { readonly message: AssistantMessage; readonly reason: "stop" | "length" }
+  /**
+   * The turn is over; `reason: "length"` means the answer was cut off at the output limit. A
+   * turn that only compacted the history has no answer (`message` null).
+   */
+  Final: { readonly message: AssistantMessage | null; readonly reason: "stop" | "length" }
   Failed: { readonly error: string; readonly retryable: boolean }
   Canceled: { readonly reason: string }
 }>
@@ -257,6 +319,13 @@ export interface Policy {
   readonly buildTools: (context: PromptContext) => ReadonlyArray<ToolDefinition>
   /** A turn that would make more model calls than this fails instead. */
   readonly maxLlmCallsPerTurn: number
+  /** Compaction's knobs; without them, only a compaction the user asks for, with the defaults. */
+  readonly compaction?: CompactionPolicy
+  /**
+   * Pure: the id the client knows a history message by (Cursor: its prompt blob id), to tell
+   * a rewind. Without it a client's history is never compared.
+   */
+  readonly promptIdOf?: (message: Message) => string
 }
 
 // =============================================================================
@@ -280,7 +349,8 @@ export const SUPERSEDED_RESULT = "Not executed: the user started a new turn."
 
 export const makeTransition = (policy: Policy) => (state: RuntimeState, input: Input): Transition =>
   Input.$match(input, {
-    Start: ({ context, message, settings }) => onStart(policy, state, message, context, settings),
+    Start: ({ clientHistory, context, message, settings }) => onStart(policy, state, message, context, settings, clientHistory),
+    Summarize: ({ clientHistory, instructions, settings }) => onSummarize(policy, state, instructions, settings, clientHistory),
     LlmEvent: ({ callId, event }) => onLlmEvent(policy, state, callId, event),
     ToolResult: ({ message }) => onToolResult(policy, state, message),
     UserMessage: ({ message }) => onUserMessage(policy, state, message),
@@ -294,21 +364,60 @@ const onStart = (
   state: RuntimeState,
   message: UserMessage,
   context: ReadonlyArray<UserContent>,
-  settings: TurnSettings
+  settings: TurnSettings,
+  clientHistory: ClientHistory | undefined
 ): Transition => {
-  // A new turn while one runs supersedes it: its open tool calls are closed with a result first.
-  const closed = isBusy(state.committed) ? closeTurn(state.committed, SUPERSEDED_RESULT) : state.committed
   const supplements: Array<UserMessage> = context.length > 0 ? [{ role: "user", content: context }] : []
+  return callLlm(policy, appendMessages(beginTurn(policy, state, settings, clientHistory), [...supplements, message]))
+}
+
+/** A turn that only compacts: nothing to summarize ends it at once, the history as it was. */
+const onSummarize = (
+  policy: Policy,
+  state: RuntimeState,
+  instructions: string,
+  settings: TurnSettings,
+  clientHistory: ClientHistory | undefined
+): Transition => {
+  const turn = beginTurn(policy, state, settings, clientHistory)
+  return compact(policy, turn, "manual", instructions, requestFor(policy, turn)) ??
+    endOfStep(policy, turn, (ended) => finished(ended, Command.Final({ message: null, reason: "stop" })))
+}
+
+/**
+ * A new turn's state: a running turn is superseded (its open tool calls closed with a result
+ * first), and a client that holds less of the history than the last turn left rewinds it.
+ */
+const beginTurn = (
+  policy: Policy,
+  state: RuntimeState,
+  settings: TurnSettings,
+  clientHistory: ClientHistory | undefined
+): ConversationState => {
+  const closed = isBusy(state.committed) ? closeTurn(state.committed, SUPERSEDED_RESULT) : state.committed
   const turnSeq = closed.turnSeq + 1
-  const turn: ConversationState = {
-    ...closed,
-    turnSeq,
-    turnId: turnIdOf(closed.conversationId, turnSeq),
-    turnStart: closed.messages.length,
-    settings,
-    llmCallSeq: 0
+  const turn = rewindTo(policy, { ...closed, turnSeq, turnId: turnIdOf(closed.conversationId, turnSeq), settings, llmCallSeq: 0 }, clientHistory)
+  return { ...turn, turnStart: turn.messages.length }
+}
+
+/**
+ * The client names a strict prefix of what the last final turn left (the user edited an
+ * earlier message or restored a checkpoint): a new segment holds exactly that prefix. Anything
+ * else (the same history, a longer or foreign one) changes nothing.
+ */
+const rewindTo = (policy: Policy, state: ConversationState, history: ClientHistory | undefined): ConversationState => {
+  const promptIdOf = policy.promptIdOf
+  if (history === undefined || promptIdOf === undefined) return state
+  const kept = history.promptIds.length
+  if (kept >= state.checkpointed || kept > state.messages.length) return state
+  for (let index = 0; index < kept; index++) {
+    if (promptIdOf(state.messages[index]!) !== history.promptIds[index]) return state
   }
-  return callLlm(policy, appendMessages(turn, [...supplements, message]))
+  return openSegment(
+    state,
+    { kind: "rewind", turnId: state.turnId, replaced: state.messages.length - kept, kept },
+    state.messages.slice(0, kept)
+  )
 }
 
 const onUserMessage = (policy: Policy, state: RuntimeState, message: UserMessage): Transition => {
@@ -318,7 +427,7 @@ const onUserMessage = (policy: Policy, state: RuntimeState, message: UserMessage
   }
   // Between turns a user message starts the next turn with the previous turn's settings.
   if (committed.settings === null) return unchanged(state)
-  return onStart(policy, state, message, [], committed.settings)
+  return onStart(policy, state, message, [], committed.settings, undefined)
 }
 
 const onCancel = (state: RuntimeState, reason: string): Transition => {
@@ -334,6 +443,7 @@ const onLlmEvent = (policy: Policy, state: RuntimeState, callId: string, event: 
   const committed = state.committed
   // Late, duplicate or foreign stream events: the call is not the one being read.
   if (committed.status !== "waitingLlm" || committed.activeCallId !== callId) return unchanged(state)
+  if (committed.compaction !== null) return onSummaryEvent(policy, state, committed.compaction, event)
   switch (event._tag) {
     case "Start":
       // A (re)started stream discards whatever an earlier attempt streamed: never merged.
@@ -351,19 +461,29 @@ const onLlmEvent = (policy: Policy, state: RuntimeState, callId: string, event: 
     case "Done":
       return onDone(policy, committed, event.reason, event.message, event)
     case "Error": {
-      const ended: ConversationState = {
-        ...appendQueued(committed),
-        activeCallId: null,
-        status: event.reason === "aborted" ? "canceled" : "failed"
+      // Too long for the model: compact once, then ask again (an overflow right after a compaction fails).
+      if (event.code === "contextOverflow" && !committed.compactGuard) {
+        const retry = compact(policy, { ...committed, activeCallId: null }, "overflow", "", requestFor(policy, committed))
+        if (retry !== undefined) return retry
       }
-      return {
-        state: { committed: ended, pending: null },
-        emit: [event],
-        command: event.reason === "aborted"
-          ? Command.Canceled({ reason: event.message })
-          : Command.Failed({ error: event.message, retryable: event.retryable })
-      }
+      return endedByError(committed, event)
     }
+  }
+}
+
+const endedByError = (committed: ConversationState, event: Extract<ResponseEvent, { _tag: "Error" }>): Transition => {
+  const ended: ConversationState = {
+    ...appendQueued(committed),
+    activeCallId: null,
+    compaction: null,
+    status: event.reason === "aborted" ? "canceled" : "failed"
+  }
+  return {
+    state: { committed: ended, pending: null },
+    emit: [event],
+    command: event.reason === "aborted"
+      ? Command.Canceled({ reason: event.message })
+      : Command.Failed({ error: event.message, retryable: event.retryable })
   }
 }
 
@@ -381,7 +501,8 @@ const onDone = (
   event: ResponseEvent
 ): Transition => {
   const callId = committed.activeCallId!
-  const withAnswer = appendMessages({ ...committed, activeCallId: null }, [message])
+  const appended = appendMessages({ ...committed, activeCallId: null, compactGuard: false }, [message])
+  const withAnswer = { ...appended, context: countedSize(message, appended.messages.length) }
   const toolCalls = toolCallsOf(message)
   const done = (state: ConversationState, command: Command): Transition => ({
     state: { committed: state, pending: null },
@@ -392,7 +513,7 @@ const onDone = (
   if (reason === "length") {
     // Truncated tool calls are never run; each gets a result saying so, keeping the history valid.
     const cutOff = appendMessages(withAnswer, toolCalls.map((call) => errorResult(call, CUT_OFF_RESULT)))
-    return endOfStep(policy, cutOff, (ended) => done(ended, Command.Final({ message, reason: "length" })), event)
+    return endOfStep(policy, cutOff, (ended) => done(ended, Command.Final({ message, reason: "length" })), [event])
   }
   if (toolCalls.length > 0) {
     // Tool calls are run whatever stop reason the provider reported with them.
@@ -407,7 +528,7 @@ const onDone = (
       Command.CallClient({ operationId: first.operationId, toolCall: first.toolCall })
     )
   }
-  return endOfStep(policy, withAnswer, (ended) => done(ended, Command.Final({ message, reason: "stop" })), event)
+  return endOfStep(policy, withAnswer, (ended) => done(ended, Command.Final({ message, reason: "stop" })), [event])
 }
 
 /**
@@ -418,12 +539,14 @@ const endOfStep = (
   policy: Policy,
   state: ConversationState,
   finish: (state: ConversationState) => Transition,
-  event: ResponseEvent
+  emit: ReadonlyArray<ResponseEvent> = []
 ): Transition => {
-  if (state.queued.length === 0) return finish({ ...state, status: "final" })
+  if (state.queued.length === 0) return finish({ ...state, status: "final", checkpointed: state.messages.length })
   const next = callLlm(policy, appendQueued(state))
-  return { ...next, emit: [event] }
+  return { ...next, emit }
 }
+
+const finished = (state: ConversationState, command: Command): Transition => ({ state: { committed: state, pending: null }, emit: [], command })
 
 const onToolResult = (policy: Policy, state: RuntimeState, result: ToolResultMessage): Transition => {
   const committed = state.committed
@@ -471,7 +594,17 @@ const heldAt = (waiting: WaitingClient, position: number): ToolResultMessage | u
 // Helpers
 // =============================================================================
 
-const callLlm = (policy: Policy, committed: ConversationState): Transition => {
+/** The next request for the state: the prompt and tools built for its settings, the history as it is. */
+const requestFor = (policy: Policy, committed: ConversationState): RequestMessages => {
+  const context: PromptContext = { conversationId: committed.conversationId, turnId: committed.turnId, settings: committed.settings! }
+  return { systemPrompt: policy.buildPrompt(context), messages: committed.messages, tools: policy.buildTools(context) }
+}
+
+/**
+ * Asks the model for the next answer; a request estimated past the compaction threshold is
+ * compacted first (at most once until an answer commits: `mayCompact` false after one).
+ */
+const callLlm = (policy: Policy, committed: ConversationState, mayCompact = true): Transition => {
   const settings = committed.settings!
   if (committed.llmCallSeq >= policy.maxLlmCallsPerTurn) {
     return {
@@ -483,22 +616,132 @@ const callLlm = (policy: Policy, committed: ConversationState): Transition => {
       })
     }
   }
-  const callId = callIdOf(committed.turnId, committed.llmCallSeq)
-  const context: PromptContext = { conversationId: committed.conversationId, turnId: committed.turnId, settings }
-  const request: RequestMessages = {
-    systemPrompt: policy.buildPrompt(context),
-    messages: committed.messages,
-    tools: policy.buildTools(context)
+  const request = requestFor(policy, committed)
+  if (mayCompact && !committed.compactGuard && pastThreshold(policy, committed, request)) {
+    const compacted = compact(policy, committed, "auto", "", request)
+    if (compacted !== undefined) return compacted
   }
+  const callId = callIdOf(committed.turnId, committed.llmCallSeq)
   return {
     state: {
       committed: { ...committed, status: "waitingLlm", activeCallId: callId, llmCallSeq: committed.llmCallSeq + 1 },
       pending: null
     },
     emit: [],
-    command: Command.CallLlm({ callId, model: settings.model, request, messagesHash: committed.messagesHash })
+    command: Command.CallLlm({ callId, model: settings.model, request, messagesHash: committed.messagesHash, purpose: "answer" })
   }
 }
+
+const pastThreshold = (policy: Policy, committed: ConversationState, request: RequestMessages): boolean => {
+  const knobs = policy.compaction
+  if (knobs === undefined || !knobs.auto) return false
+  const window = knobs.contextWindowOf(committed.settings!.model)
+  return window !== undefined && estimateTokens(request, committed.context) > window * knobs.threshold
+}
+
+// =============================================================================
+// Compaction: a summary call, then a new segment [summary, verbatim tail]
+// =============================================================================
+
+/**
+ * Starts a summary call: the same system prompt, tools and messages as `request` (so the
+ * provider's prefix cache serves it), plus an instruction; after an overflow, with stale tool
+ * output elided. Undefined when there is nothing to summarize or no call left in the turn.
+ */
+const compact = (
+  policy: Policy,
+  committed: ConversationState,
+  trigger: CompactionTrigger,
+  instructions: string,
+  request: RequestMessages
+): Transition | undefined => {
+  const knobs = policy.compaction ?? defaultCompactionPolicy
+  const model = committed.settings!.model
+  const messages = committed.messages
+  let cut = chooseCut(messages, tailBudget(knobs, model))
+  if (cut === 0 && trigger === "manual") cut = manualCut(messages)
+  if (cut === 0 || committed.llmCallSeq >= policy.maxLlmCallsPerTurn) return undefined
+  const callId = callIdOf(committed.turnId, committed.llmCallSeq)
+  const instruction = summaryInstruction(instructions)
+  const overflowed = trigger === "overflow"
+  const history = overflowed ? elideStale(messages, cut, knobs.elideToolResultChars) : messages
+  const summaryRequest: RequestMessages = { systemPrompt: request.systemPrompt, tools: request.tools, messages: [...history, instruction] }
+  const hash = overflowed ? messagesHashOf(summaryRequest.messages) : extendMessagesHash(committed.messagesHash, messageHash(instruction))
+  const run: CompactionRun = { callId, trigger, cut, maxOutputTokens: knobs.summaryMaxTokens }
+  return {
+    state: {
+      committed: { ...committed, status: "waitingLlm", activeCallId: callId, llmCallSeq: committed.llmCallSeq + 1, compaction: run },
+      pending: null
+    },
+    emit: [],
+    command: Command.CallLlm({
+      callId,
+      model,
+      request: summaryRequest,
+      messagesHash: hash,
+      purpose: "summary",
+      maxOutputTokens: knobs.summaryMaxTokens
+    })
+  }
+}
+
+/** The summary call's stream: nothing of it is shown as an answer; its Done opens the new segment. */
+const onSummaryEvent = (policy: Policy, state: RuntimeState, run: CompactionRun, event: ResponseEvent): Transition => {
+  const committed = state.committed
+  switch (event._tag) {
+    case "Done": {
+      const summary = summaryTextOf(event.message)
+      return summary === ""
+        ? summaryFailed(policy, committed, run, "the model answered without a summary", false)
+        : compacted(policy, committed, run, summary)
+    }
+    case "Error":
+      return event.reason === "aborted" ? endedByError(committed, event) : summaryFailed(policy, committed, run, event.message, event.retryable)
+    default:
+      return { state: { committed, pending: null }, emit: [], command: Command.ContinueLlm() }
+  }
+}
+
+const compacted = (policy: Policy, committed: ConversationState, run: CompactionRun, summary: string): Transition => {
+  const tail = committed.messages.slice(run.cut)
+  const opened = openSegment(
+    committed,
+    { kind: "compaction", turnId: committed.turnId, summaryCallId: run.callId, replaced: run.cut, kept: tail.length },
+    [summaryMessage(summary), ...tail]
+  )
+  const next: ConversationState = {
+    ...opened,
+    // The turn's own messages that were kept begin after the summary (a user's summarize turn has none).
+    turnStart: run.trigger === "manual" ? opened.messages.length : 1 + Math.max(0, committed.turnStart - run.cut),
+    activeCallId: null,
+    compaction: null,
+    compactGuard: true,
+    summaries: committed.summaries + 1
+  }
+  if (run.trigger === "manual") return endOfStep(policy, next, (ended) => finished(ended, Command.Final({ message: null, reason: "stop" })))
+  return callLlm(policy, next, false)
+}
+
+/** The summary failed: the history stays as it was; an automatic compaction goes on without it. */
+const summaryFailed = (policy: Policy, committed: ConversationState, run: CompactionRun, why: string, retryable: boolean): Transition => {
+  const base: ConversationState = { ...committed, activeCallId: null, compaction: null, compactGuard: true }
+  if (run.trigger === "auto") return callLlm(policy, base, false)
+  const error = run.trigger === "manual"
+    ? `The conversation could not be summarized: ${why}`
+    : `The conversation is longer than the model's context window, and summarizing it failed: ${why}`
+  return finished({ ...appendQueued(base), status: "failed" }, Command.Failed({ error, retryable }))
+}
+
+/** A new segment holding `messages`, opened at the end of the journal. */
+const openSegment = (state: ConversationState, opening: Omit<Segment, "start">, messages: ReadonlyArray<Message>): ConversationState =>
+  appendMessages({
+    ...state,
+    segment: { ...opening, start: state.segment.start + state.messages.length },
+    messages: [],
+    messagesHash: emptyMessagesHash,
+    context: unknownContextSize,
+    checkpointed: 0
+  }, messages)
 
 const appendMessages = (state: ConversationState, messages: ReadonlyArray<Message>): ConversationState => {
   if (messages.length === 0) return state
@@ -532,7 +775,7 @@ const closeTurn = (state: ConversationState, why: string): ConversationState => 
       results.push(heldAt(waiting, position) ?? errorResult(call, why))
     }
   }
-  return appendQueued({ ...appendMessages(state, results), waiting: null, activeCallId: null })
+  return appendQueued({ ...appendMessages(state, results), waiting: null, activeCallId: null, compaction: null })
 }
 
 // =============================================================================

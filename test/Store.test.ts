@@ -99,7 +99,8 @@ describe("Store", () => {
         callId: "call-of-b",
         model: "fake-model",
         request: { systemPrompt: "p", messages: nextB.messages, tools: [] },
-        messagesHash: nextB.messagesHash
+        messagesHash: nextB.messagesHash,
+        purpose: "answer"
       })
       const second = yield* Effect.all([
         Effect.exit(store.commitInput({ conversationId: "conv-race", inputId: "a2", expectedVersion: 1, next: nextA, result: "A" })),
@@ -233,7 +234,7 @@ describe("Store", () => {
 
       assert.deepStrictEqual(reopened.pragmas, { journal: "wal", foreignKeys: 1, synchronous: 1 })
       // Every migration ran once, none again on reopening.
-      assert.deepStrictEqual(reopened.migrations.map((m) => m.migration_id), [1, 2, 3])
+      assert.deepStrictEqual(reopened.migrations.map((m) => m.migration_id), [1, 2, 3, 4])
       const { state, version } = reopened.loaded
       assert.strictEqual(version, steps.length)
       assert.deepStrictEqual(state, final)
@@ -639,7 +640,7 @@ describe("Store", () => {
       assert.strictEqual(prefixUpperBound("\u{10FFFF}"), undefined)
     })
 
-    it.scoped("a database made before turn starts were recorded is upgraded in place: 0002 and 0003 run once, later turns record their starts", () =>
+    it.scoped("a database made before turn starts were recorded is upgraded in place: 0002 to 0004 run once, later turns record their starts", () =>
       Effect.gen(function*() {
         const filename = yield* tempDatabase
         const fs = yield* FileSystem.FileSystem
@@ -656,7 +657,7 @@ describe("Store", () => {
           yield* commitAll("conv-old", steps)
           return { migrated: migrated.map((m) => m.migration_id), found: yield* store.findTurnStarts("req-old/") }
         }).pipe(Effect.provide(withSql(filename)))
-        assert.deepStrictEqual(result.migrated, [1, 2, 3])
+        assert.deepStrictEqual(result.migrated, [1, 2, 3, 4])
         assert.deepStrictEqual(result.found.map((start) => start.inputId), ["req-old/m2:0", "req-old/m1:0"])
       }).pipe(Effect.provide(NodeContext.layer)))
   })

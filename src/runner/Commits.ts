@@ -23,7 +23,9 @@ export const commitOf = (options: RunnerOptions, conversationId: string, inputId
       model: command.model,
       request: command.request,
       messagesHash: command.messagesHash,
-      requestHash: requestHash(command.model, command.request, command.messagesHash, command.request.messages.length)
+      requestHash: requestHash(command.model, command.request, command.messagesHash, command.request.messages.length),
+      segmentStart: next.segment.start,
+      detached: command.purpose === "summary"
     }
     : undefined
   const clientOperations = command._tag === "CallClient" ? [plannedOperation(options, conversationId, next, command)] : undefined

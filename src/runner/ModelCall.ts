@@ -25,7 +25,10 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
     const openedAt = yield* Clock.currentTimeMillis
     let finished = false
     let firstDelta = true
-    const consume = llm.stream(call.request, { model: call.model, callId: call.callId }).pipe(
+    const options = call.maxOutputTokens === undefined
+      ? { model: call.model, callId: call.callId }
+      : { model: call.model, callId: call.callId, maxOutputTokens: call.maxOutputTokens }
+    const consume = llm.stream(call.request, options).pipe(
       // One envelope per network read: under load a read carries many deltas.
       Stream.runForEachChunk((chunk) => {
         const events = Chunk.toReadonlyArray(chunk)
@@ -49,7 +52,8 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
           _tag: "Error",
           reason: error.reason === "aborted" ? "aborted" : "error",
           message: error.message,
-          retryable: error.retryable
+          retryable: error.retryable,
+          ...(error.reason === "contextOverflow" ? { code: "contextOverflow" as const } : {})
         }])
       }),
       Effect.zipRight(Effect.suspend(() =>

@@ -25,7 +25,10 @@ export const resume = (env: RunnerEnv, actor: Actor, acc: ActorState) =>
           callId: saved.value.callId,
           model: saved.value.model,
           request: saved.value.request,
-          messagesHash: saved.value.messagesHash
+          messagesHash: saved.value.messagesHash,
+          ...(state.compaction?.callId === saved.value.callId
+            ? { purpose: "summary" as const, maxOutputTokens: state.compaction.maxOutputTokens }
+            : { purpose: "answer" as const })
         }))
         return "reissued" as const
       }

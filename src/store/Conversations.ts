@@ -11,7 +11,7 @@ import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
 import { checkLlmCall, insertLlmCall, rememberParts, updateLlmCall } from "./LlmCalls.js"
 import { CorruptRow, DuplicateInput, HistoryRewritten, InvalidCommit, StoreError, TURN_STARTS_LIMIT, VersionConflict } from "./Model.js"
-import type { CommitInput, InputCommit, LoadedConversation, TurnStart } from "./Model.js"
+import type { CommitInput, InputCommit, LoadedConversation, SegmentRecord, TurnStart } from "./Model.js"
 import { insertOperations, settleOperation } from "./Operations.js"
 import {
   decodeHistory,
@@ -73,31 +73,36 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
   const now = yield* Clock.currentTimeMillis
   const newVersion = expectedVersion + 1
 
-  /** The messages beyond the stored ones, proven to extend the stored chain to `next.messagesHash`. */
-  const appended = (storedCount: number, storedHash: string) => {
-    if (next.messages.length < storedCount) {
-      return Either.left(new HistoryRewritten({
-        conversationId,
-        storedCount,
-        nextCount: next.messages.length,
-        reason: "the next state has fewer messages than are stored"
-      }))
+  /**
+   * The journal rows to append: the messages beyond the stored ones, proven to extend the
+   * stored segment's chain to `next.messagesHash`; or, when the state opens a new segment, all
+   * of its messages, placed at the end of the journal (never over it) and chained afresh.
+   */
+  const appended = (storedCount: number, storedHash: string, storedStart: number) => {
+    const start = next.segment.start
+    const rewritten = (reason: string) =>
+      Either.left(new HistoryRewritten({ conversationId, storedCount, nextCount: start + next.messages.length, reason }))
+    let from: number
+    let chain: string
+    if (start === storedStart) {
+      from = storedCount - start
+      chain = storedHash
+      if (next.messages.length < from) return rewritten("the next state has fewer messages than are stored")
+    } else if (start === storedCount && start > storedStart) {
+      from = 0
+      chain = emptyMessagesHash
+    } else {
+      return rewritten(`a new segment must begin at the end of the journal (${storedCount}), not at ${start}`)
     }
     const rows: Array<MessageRow> = []
-    let chain = storedHash
-    for (let seq = storedCount; seq < next.messages.length; seq++) {
-      const json = serializeMessage(next.messages[seq]!)
+    for (let index = from; index < next.messages.length; index++) {
+      const json = serializeMessage(next.messages[index]!)
       const hash = rowHash(json)
       chain = extendMessagesHash(chain, hash)
-      rows.push({ seq, message_json: json, hash })
+      rows.push({ seq: start + index, message_json: json, hash })
     }
     if (chain !== next.messagesHash) {
-      return Either.left(new HistoryRewritten({
-        conversationId,
-        storedCount,
-        nextCount: next.messages.length,
-        reason: "the stored history followed by the new messages does not hash to the next state's messagesHash"
-      }))
+      return rewritten("the stored history followed by the new messages does not hash to the next state's messagesHash")
     }
     return Either.right(rows)
   }
@@ -118,31 +123,42 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
   const transaction = Effect.gen(function*() {
     let fresh: ReadonlyArray<MessageRow>
     let storedTurnId = ""
+    let storedStart = 0
+    const journalLength = next.segment.start + next.messages.length
     if (expectedVersion === 0) {
-      fresh = yield* appended(0, emptyMessagesHash)
+      fresh = yield* appended(0, emptyMessagesHash, 0)
       const created = yield* sql<{ version: number }>`
         INSERT INTO conversations (conversation_id, version, status, turn_id, message_count, messages_hash,
-          waiting_json, state_json, updated_at_ms)
-        VALUES (${conversationId}, 1, ${next.status}, ${next.turnId}, ${next.messages.length}, ${next.messagesHash},
-          ${waitingJson}, ${stateJson}, ${now})
+          waiting_json, state_json, updated_at_ms, segment_start)
+        VALUES (${conversationId}, 1, ${next.status}, ${next.turnId}, ${journalLength}, ${next.messagesHash},
+          ${waitingJson}, ${stateJson}, ${now}, ${next.segment.start})
         ON CONFLICT (conversation_id) DO NOTHING
         RETURNING version`
       if (created.length === 0) return yield* lostRace(env, conversationId, inputId, expectedVersion)
     } else {
       // Touching the row first takes the write lock at once and wins (or loses) the version.
-      const won = yield* sql<{ message_count: number; messages_hash: string; turn_id: string }>`
+      const won = yield* sql<{ message_count: number; messages_hash: string; turn_id: string; segment_start: number }>`
         UPDATE conversations SET version = version + 1
         WHERE conversation_id = ${conversationId} AND version = ${expectedVersion}
-        RETURNING message_count, messages_hash, turn_id`
+        RETURNING message_count, messages_hash, turn_id, segment_start`
       const stored = won[0]
       if (stored === undefined) return yield* lostRace(env, conversationId, inputId, expectedVersion)
       storedTurnId = stored.turn_id
-      fresh = yield* appended(stored.message_count, stored.messages_hash)
+      storedStart = stored.segment_start
+      fresh = yield* appended(stored.message_count, stored.messages_hash, stored.segment_start)
       yield* sql`
         UPDATE conversations SET status = ${next.status}, turn_id = ${next.turnId},
-          message_count = ${next.messages.length}, messages_hash = ${next.messagesHash},
-          waiting_json = ${waitingJson}, state_json = ${stateJson}, updated_at_ms = ${now}
+          message_count = ${journalLength}, messages_hash = ${next.messagesHash},
+          waiting_json = ${waitingJson}, state_json = ${stateJson}, updated_at_ms = ${now},
+          segment_start = ${next.segment.start}
         WHERE conversation_id = ${conversationId}`
+    }
+    if (next.segment.start !== storedStart) {
+      const segment = next.segment
+      yield* sql`
+        INSERT INTO segments (conversation_id, start, kind, turn_id, summary_call_id, previous_start, replaced, kept, created_at_ms)
+        VALUES (${conversationId}, ${segment.start}, ${segment.kind}, ${segment.turnId}, ${segment.summaryCallId ?? null},
+          ${storedStart}, ${segment.replaced}, ${segment.kept}, ${now})`
     }
     for (const row of fresh) {
       yield* sql`
@@ -193,12 +209,14 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
 export const load = ({ sql }: StoreEnv) => Effect.fn("Store.load")(function*(conversationId: string) {
   const read = Effect.gen(function*() {
     const rows = yield* sql<ConversationRow>`
-      SELECT version, status, turn_id, message_count, messages_hash, waiting_json, state_json
+      SELECT version, status, turn_id, message_count, messages_hash, waiting_json, state_json, segment_start
       FROM conversations WHERE conversation_id = ${conversationId}`
     const row = rows[0]
     if (row === undefined) return Option.none()
+    // Only the current segment: earlier segments stay in the journal, never loaded again.
     const messageRows = yield* sql<MessageRow>`
-      SELECT seq, message_json, hash FROM messages WHERE conversation_id = ${conversationId} ORDER BY seq`
+      SELECT seq, message_json, hash FROM messages
+      WHERE conversation_id = ${conversationId} AND seq >= ${row.segment_start} ORDER BY seq`
     return Option.some({ row, messageRows })
   })
   const found = yield* sql.withTransaction(read).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("load")(e))))
@@ -207,7 +225,7 @@ export const load = ({ sql }: StoreEnv) => Effect.fn("Store.load")(function*(con
   const corrupt = (reason: string) =>
     new CorruptRow({ conversationId, table: "conversations", seq: null, key: null, reason })
 
-  const history = decodeHistory(conversationId, messageRows, row.message_count)
+  const history = decodeHistory(conversationId, messageRows, row.message_count - row.segment_start, row.segment_start)
   if (Either.isLeft(history)) return yield* history.left
   if (history.right.chain !== row.messages_hash) {
     return yield* new CorruptRow({
@@ -222,6 +240,9 @@ export const load = ({ sql }: StoreEnv) => Effect.fn("Store.load")(function*(con
   if (Either.isLeft(status)) return yield* corrupt(`unknown status ${row.status}`)
   const fields = decodeJson(row.state_json, decodeStateFields)
   if (Either.isLeft(fields)) return yield* corrupt(`state_json: ${fields.left}`)
+  if (fields.right.segment.start !== row.segment_start) {
+    return yield* corrupt(`state_json names a segment at ${fields.right.segment.start}; segment_start is ${row.segment_start}`)
+  }
   let waiting: WaitingClient | null = null
   if (row.waiting_json !== null) {
     const decoded = decodeJson(row.waiting_json, decodeWaiting)
@@ -261,5 +282,32 @@ export const findTurnStarts = ({ sql }: StoreEnv) => Effect.fn("Store.findTurnSt
     inputId: row.input_id,
     version: row.started_version,
     startedAtMs: row.started_at_ms
+  }))
+})
+
+export const segments = ({ sql }: StoreEnv) => Effect.fn("Store.segments")(function*(conversationId: string) {
+  const rows = yield* sql<{
+    start: number
+    kind: string
+    turn_id: string
+    summary_call_id: string | null
+    previous_start: number
+    replaced: number
+    kept: number
+    created_at_ms: number
+  }>`
+    SELECT start, kind, turn_id, summary_call_id, previous_start, replaced, kept, created_at_ms
+    FROM segments WHERE conversation_id = ${conversationId} ORDER BY start`.pipe(
+    Effect.catchTag("SqlError", (e) => Effect.fail(storeError("segments")(e)))
+  )
+  return rows.map((row): SegmentRecord => ({
+    start: Number(row.start),
+    kind: row.kind,
+    turnId: row.turn_id,
+    summaryCallId: row.summary_call_id,
+    previousStart: Number(row.previous_start),
+    replaced: Number(row.replaced),
+    kept: Number(row.kept),
+    createdAtMs: Number(row.created_at_ms)
   }))
 })

@@ -1,11 +1,12 @@
 /**
  * The model calls: each planned with its exact request (system prompt and tool list stored
- * once as content-addressed request parts, the messages as a prefix of the history), marked as
- * it streams and settles, and loaded back as the exact request after a restart; and the raw
- * stream diagnostics kept beside them.
+ * once as content-addressed request parts, the messages as a prefix of the history's segment,
+ * or whole as a part of their own for a summary call), marked as it streams and settles, and
+ * loaded back as the exact request after a restart; and the raw stream diagnostics kept
+ * beside them.
  */
 import { Clock, Effect, Either, Option, Schema } from "effect"
-import { canonicalJson, messagesHash, requestHash } from "../Llm.js"
+import { canonicalJson, Message, messagesHash, requestHash } from "../Llm.js"
 import type { RequestMessages } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 import { storeError } from "./Env.js"
@@ -13,6 +14,8 @@ import type { StoreEnv } from "./Env.js"
 import { CorruptRow, InvalidCommit, NotFound, RequestHashMismatch } from "./Model.js"
 import type { ConversationCosts, LlmCallDetails, LlmCallStatus, LlmCallUpdate, LoadedLlmCall, PlannedLlmCall } from "./Model.js"
 import { decodeHistory, decodeJson, decodeTools, toCallRecord } from "./Rows.js"
+
+const decodeMessages = Schema.decodeUnknownEither(Schema.Array(Message))
 import type { LlmCallRow, MessageRow } from "./Rows.js"
 
 /** Checks a planned call against the state it is committed with, before any write. */
@@ -20,6 +23,15 @@ export const checkLlmCall = (conversationId: string, next: ConversationState, ca
   const invalid = (reason: string) => Effect.fail(new InvalidCommit({ conversationId, reason }))
   if (call.conversationId !== conversationId) return invalid(`model call ${call.callId} belongs to ${call.conversationId}`)
   const count = call.request.messages.length
+  if (call.detached) {
+    // Not a prefix of the history (a summary call): its messages prove their hash themselves.
+    if (messagesHash(call.request.messages) !== call.messagesHash) return invalid(`model call ${call.callId}: messagesHash does not match its messages`)
+    const expected = requestHash(call.model, call.request, call.messagesHash, count)
+    return expected === call.requestHash ? Effect.void : invalid(`model call ${call.callId}: requestHash does not match its request`)
+  }
+  if (call.segmentStart !== next.segment.start) {
+    return invalid(`model call ${call.callId} names segment ${call.segmentStart}; the state's starts at ${next.segment.start}`)
+  }
   if (count > next.messages.length) {
     return invalid(`model call ${call.callId} sends ${count} messages; the state holds ${next.messages.length}`)
   }
@@ -43,11 +55,19 @@ export const insertLlmCall = (env: StoreEnv, call: PlannedLlmCall, now: number) 
     if (!storedParts.has(promptHash)) yield* insertPart(env, promptHash, canonicalJson(call.request.systemPrompt))
     if (!storedParts.has(listHash)) yield* insertPart(env, listHash, canonicalJson(call.request.tools))
     const written = [promptHash, listHash]
+    let messagesPart: string | null = null
+    if (call.detached) {
+      // Content-addressed by the messages' own hash chain (already checked against them).
+      messagesPart = `messages:${call.messagesHash}`
+      if (!storedParts.has(messagesPart)) yield* insertPart(env, messagesPart, canonicalJson(call.request.messages))
+      written.push(messagesPart)
+    }
     const inserted = yield* sql<{ call_id: string }>`
       INSERT INTO llm_calls (call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash,
-        message_count, messages_hash, request_hash, status, created_at_ms, updated_at_ms)
+        message_count, messages_hash, request_hash, status, created_at_ms, updated_at_ms, segment_start, messages_part_hash)
       VALUES (${call.callId}, ${call.conversationId}, ${call.turnId}, ${call.model}, ${promptHash}, ${listHash},
-        ${call.request.messages.length}, ${call.messagesHash}, ${call.requestHash}, 'planned', ${now}, ${now})
+        ${call.request.messages.length}, ${call.messagesHash}, ${call.requestHash}, 'planned', ${now}, ${now},
+        ${call.segmentStart}, ${messagesPart})
       ON CONFLICT (call_id) DO NOTHING
       RETURNING call_id`
     if (inserted.length > 0) return written
@@ -90,7 +110,7 @@ export const saveLlmCall = (env: StoreEnv) => Effect.fn("Store.saveLlmCall")(fun
       SELECT message_count FROM conversations WHERE conversation_id = ${call.conversationId}`
     const stored = rows[0]
     if (stored === undefined) return yield* invalid(`conversation ${call.conversationId} does not exist`)
-    if (stored.message_count < call.request.messages.length) {
+    if (!call.detached && stored.message_count < call.segmentStart + call.request.messages.length) {
       return yield* invalid(`model call ${call.callId} sends messages that are not stored`)
     }
     return yield* insertLlmCall(env, call, now)
@@ -131,17 +151,19 @@ export const costs = ({ sql }: StoreEnv) => Effect.fn("Store.costs")(function*(c
 
 export const loadLlmCall = ({ sql }: StoreEnv) => Effect.fn("Store.loadLlmCall")(function*(callId: string) {
   const read = Effect.gen(function*() {
-    const rows = yield* sql<LlmCallRow>`
+    const rows = yield* sql<LlmCallRow & { readonly segment_start: number; readonly messages_part_hash: string | null }>`
       SELECT call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash, message_count,
-        messages_hash, request_hash, status, assistant_hash, usage_json, error
+        messages_hash, request_hash, status, assistant_hash, usage_json, error, segment_start, messages_part_hash
       FROM llm_calls WHERE call_id = ${callId}`
     const row = rows[0]
     if (row === undefined) return Option.none()
+    const partNames = [row.system_prompt_hash, row.tools_hash, ...(row.messages_part_hash === null ? [] : [row.messages_part_hash])]
     const parts = yield* sql<{ hash: string; body: string }>`
-      SELECT hash, body FROM request_parts WHERE hash IN (${row.system_prompt_hash}, ${row.tools_hash})`
-    const messageRows = yield* sql<MessageRow>`
+      SELECT hash, body FROM request_parts WHERE ${sql.in("hash", partNames)}`
+    const messageRows = row.messages_part_hash !== null ? [] : yield* sql<MessageRow>`
       SELECT seq, message_json, hash FROM messages
-      WHERE conversation_id = ${row.conversation_id} AND seq < ${row.message_count} ORDER BY seq`
+      WHERE conversation_id = ${row.conversation_id} AND seq >= ${row.segment_start}
+        AND seq < ${row.segment_start + row.message_count} ORDER BY seq`
     return Option.some({ row, parts, messageRows })
   })
   const found = yield* sql.withTransaction(read).pipe(
@@ -162,7 +184,16 @@ export const loadLlmCall = ({ sql }: StoreEnv) => Effect.fn("Store.loadLlmCall")
   if (Either.isLeft(systemPrompt)) return yield* corrupt(row.system_prompt_hash, systemPrompt.left)
   const tools = decodeJson(toolsBody, decodeTools)
   if (Either.isLeft(tools)) return yield* corrupt(row.tools_hash, tools.left)
-  const history = decodeHistory(row.conversation_id, messageRows, row.message_count)
+  let history: Either.Either<{ readonly messages: ReadonlyArray<Message>; readonly chain: string }, CorruptRow>
+  if (row.messages_part_hash === null) {
+    history = decodeHistory(row.conversation_id, messageRows, row.message_count, row.segment_start)
+  } else {
+    const body = parts.find((part) => part.hash === row.messages_part_hash)?.body
+    if (body === undefined) return yield* corrupt(row.messages_part_hash, "the messages are missing")
+    const messages = decodeJson(body, decodeMessages)
+    if (Either.isLeft(messages)) return yield* corrupt(row.messages_part_hash, messages.left)
+    history = Either.right({ messages: messages.right, chain: messagesHash(messages.right) })
+  }
   if (Either.isLeft(history)) return yield* history.left
 
   const request: RequestMessages = {

@@ -31,6 +31,26 @@ export interface PlannedLlmCall {
   readonly messagesHash: string
   /** `Llm.requestHash(model, request, messagesHash, request.messages.length)`. */
   readonly requestHash: string
+  /** Journal position of the segment the messages are a prefix of. */
+  readonly segmentStart: number
+  /**
+   * True when the messages are not a prefix of the history (a summary call: the history plus an
+   * instruction): they are stored whole, as a content-addressed part.
+   */
+  readonly detached: boolean
+}
+
+/** A segment of a conversation's history as recorded when it opened (see `Loop.Segment`). */
+export interface SegmentRecord {
+  readonly start: number
+  readonly kind: string
+  readonly turnId: string
+  readonly summaryCallId: string | null
+  /** Where the segment it replaced started. */
+  readonly previousStart: number
+  readonly replaced: number
+  readonly kept: number
+  readonly createdAtMs: number
 }
 
 /** A saved model call, without its request (see `loadLlmCall` for the request). */
@@ -308,6 +328,8 @@ export interface StoreService {
   readonly listInFlight: () => Effect.Effect<InFlight, CorruptRow | StoreError>
   /** What the conversation's committed model calls cost, per turn and in all. */
   readonly costs: (conversationId: string) => Effect.Effect<ConversationCosts, StoreError>
+  /** The segments a compaction or a rewind opened, oldest first (the origin segment has no record). */
+  readonly segments: (conversationId: string) => Effect.Effect<ReadonlyArray<SegmentRecord>, StoreError>
   /** Appends one stream event to the optional diagnostics log (never read back into history). */
   readonly appendDiagnostic: (callId: string, eventIndex: number, event: unknown) => Effect.Effect<void, StoreError>
 }

@@ -26,6 +26,7 @@ export interface ConversationRow {
   readonly messages_hash: string
   readonly waiting_json: string | null
   readonly state_json: string
+  readonly segment_start: number
 }
 
 export interface MessageRow {
@@ -136,7 +137,8 @@ interface DecodedHistory {
 export const decodeHistory = (
   conversationId: string,
   rows: ReadonlyArray<MessageRow>,
-  expectedCount: number
+  expectedCount: number,
+  firstSeq = 0
 ): Either.Either<DecodedHistory, CorruptRow> => {
   const corrupt = (seq: number | null, reason: string) =>
     Either.left(new CorruptRow({ conversationId, table: "messages", seq, key: null, reason }))
@@ -144,18 +146,19 @@ export const decodeHistory = (
   let chain = emptyMessagesHash
   for (let index = 0; index < rows.length; index++) {
     const row = rows[index]!
-    if (row.seq !== index) return corrupt(index, `expected seq ${index}, found seq ${row.seq}`)
-    if (typeof row.message_json !== "string") return corrupt(index, "message_json is not text")
+    const seq = firstSeq + index
+    if (row.seq !== seq) return corrupt(seq, `expected seq ${seq}, found seq ${row.seq}`)
+    if (typeof row.message_json !== "string") return corrupt(seq, "message_json is not text")
     const decoded = decodeJson(row.message_json, decodeMessage)
-    if (Either.isLeft(decoded)) return corrupt(index, decoded.left)
+    if (Either.isLeft(decoded)) return corrupt(seq, decoded.left)
     if (serializeMessage(decoded.right) !== row.message_json) {
-      return corrupt(index, "the decoded message does not serialize to the stored bytes")
+      return corrupt(seq, "the decoded message does not serialize to the stored bytes")
     }
-    if (rowHash(row.message_json) !== row.hash) return corrupt(index, "the stored bytes do not match the stored hash")
+    if (rowHash(row.message_json) !== row.hash) return corrupt(seq, "the stored bytes do not match the stored hash")
     messages.push(decoded.right)
     chain = extendMessagesHash(chain, row.hash)
   }
-  if (rows.length !== expectedCount) return corrupt(rows.length, `expected ${expectedCount} messages, found ${rows.length}`)
+  if (rows.length !== expectedCount) return corrupt(firstSeq + rows.length, `expected ${expectedCount} messages, found ${rows.length}`)
   return Either.right({ messages, chain })
 }
 

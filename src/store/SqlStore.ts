@@ -18,7 +18,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Either } from "effect"
-import { commitInput, findInputCommit, findTurnStarts, load } from "./Conversations.js"
+import { commitInput, findInputCommit, findTurnStarts, load, segments } from "./Conversations.js"
 import { makePartHashes, storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
 import { appendDiagnostic, costs, loadLlmCall, markLlmCall, saveLlmCall } from "./LlmCalls.js"
@@ -48,6 +48,7 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
     loadOperation: loadOperation(env),
     listInFlight: listInFlight(env),
     costs: costs(env),
+    segments: segments(env),
     appendDiagnostic: appendDiagnostic(env)
   } satisfies StoreService
 })

@@ -125,9 +125,38 @@ const callCosts = Effect.gen(function*() {
   yield* sql`ALTER TABLE llm_calls ADD COLUMN cost_usd REAL`
 })
 
+/**
+ * History as segments. The journal (`messages`) stays append-only; the model sees the current
+ * segment, from `conversations.segment_start` on. Each segment a compaction or a rewind opens
+ * is recorded in `segments`: where it starts, why, and how many of the previous segment's
+ * messages it replaced or kept. A model call's messages are the `message_count` messages from
+ * its `segment_start`, or, for a summary call (the history plus an instruction, maybe with
+ * stale tool output elided), a content-addressed part of their own (`messages_part_hash`).
+ */
+const segments = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE conversations ADD COLUMN segment_start INTEGER NOT NULL DEFAULT 0`
+  yield* sql`ALTER TABLE llm_calls ADD COLUMN segment_start INTEGER NOT NULL DEFAULT 0`
+  yield* sql`ALTER TABLE llm_calls ADD COLUMN messages_part_hash TEXT REFERENCES request_parts (hash)`
+  yield* sql`
+    CREATE TABLE segments (
+      conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
+      start INTEGER NOT NULL,
+      kind TEXT NOT NULL,
+      turn_id TEXT NOT NULL,
+      summary_call_id TEXT,
+      previous_start INTEGER NOT NULL,
+      replaced INTEGER NOT NULL,
+      kept INTEGER NOT NULL,
+      created_at_ms INTEGER NOT NULL,
+      PRIMARY KEY (conversation_id, start)
+    )`
+})
+
 /** Keyed `<id>_<name>` as the migrator expects; applied in id order, each once. */
 export const migrations = {
   "0001_init": init,
   "0002_turn_starts": turnStarts,
-  "0003_call_costs": callCosts
+  "0003_call_costs": callCosts,
+  "0004_segments": segments
 }

@@ -62,7 +62,9 @@ export const plannedCall = (state: ConversationState, command: Extract<Command, 
   model: command.model,
   request: command.request,
   messagesHash: command.messagesHash,
-  requestHash: requestHash(command.model, command.request, command.messagesHash, command.request.messages.length)
+  requestHash: requestHash(command.model, command.request, command.messagesHash, command.request.messages.length),
+  segmentStart: state.segment.start,
+  detached: command.purpose === "summary"
 })
 
 export const plannedOperation = (
