@@ -52,6 +52,22 @@ export const Limits = Schema.Struct({
   appendWindow: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1024 })
 })
 
+const Share = Schema.Number.pipe(Schema.greaterThan(0), Schema.lessThan(1))
+
+/** When and how a long conversation is compacted (a summary, then the latest messages verbatim). */
+export const CompactionConfig = Schema.Struct({
+  /** Compact before a model call whose estimated prompt passes `threshold` of the model's context window. */
+  auto: Schema.optionalWith(Schema.Boolean, { default: () => true }),
+  /** Share of the context window at which the history is compacted first (the rest is left for the answer). */
+  threshold: Schema.optionalWith(Share, { default: () => 0.8 }),
+  /** Share of the context window the verbatim tail after the summary may take. */
+  tailShare: Schema.optionalWith(Share, { default: () => 0.15 }),
+  /** The summary call's output limit, in tokens. */
+  summaryMaxTokens: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 4096 }),
+  /** After a context-overflow error, tool results longer than this (characters) before the tail are elided for the summary call. */
+  elideToolResultChars: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 2048 })
+})
+
 export const TlsConfig = Schema.Struct({
   port: Schema.optionalWith(Port, { default: () => 8790 }),
   /** PEM files: the certificate (chain) and its private key; without them, a loopback leaf from the installation's CA. */
@@ -101,6 +117,7 @@ export const FileConfig = Schema.Struct({
   http2: Schema.optionalWith(Http2Config, { default: () => Schema.decodeSync(Http2Config)({}) }),
   maxLlmCallsPerTurn: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 50 }),
   limits: Schema.optionalWith(Limits, { default: () => Schema.decodeSync(Limits)({}) }),
+  compaction: Schema.optionalWith(CompactionConfig, { default: () => Schema.decodeSync(CompactionConfig)({}) }),
   retry: Schema.optional(RetryConfig),
   providers: Schema.optionalWith(Schema.Array(ProviderEntry), { default: () => [] }),
   models: Schema.optionalWith(Schema.Array(ModelEntry), { default: () => [] }),
@@ -139,6 +156,7 @@ export interface ServerConfig {
   }
   readonly maxLlmCallsPerTurn: number
   readonly limits: typeof Limits.Type
+  readonly compaction: typeof CompactionConfig.Type
   /** What the `Llm` router is built from: providers with their keys resolved. */
   readonly router: RouterConfig
   /** The models Cursor lists. */
@@ -248,6 +266,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     proxy: proxyOf(file, env),
     maxLlmCallsPerTurn: file.maxLlmCallsPerTurn,
     limits: file.limits,
+    compaction: { ...file.compaction, auto: compactionAutoOf(env) ?? file.compaction.auto },
     router: {
       providers: routed,
       models,
@@ -356,3 +375,9 @@ export const load: Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSyste
 })
 
 export const layer: Layer.Layer<AppConfig, ConfigError, FileSystem.FileSystem> = Layer.effect(AppConfig, load)
+
+/** `BYOK_COMPACTION=off` (or `on`) overrides the file's `compaction.auto`. */
+const compactionAutoOf = (env: Readonly<Record<string, string | undefined>>): boolean | undefined => {
+  const value = env["BYOK_COMPACTION"]?.trim().toLowerCase()
+  return value === undefined || value === "" ? undefined : value !== "off" && value !== "false" && value !== "0"
+}

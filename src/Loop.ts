@@ -659,7 +659,8 @@ const compact = (
   const model = committed.settings!.model
   const messages = committed.messages
   let cut = chooseCut(messages, tailBudget(knobs, model))
-  if (cut === 0 && trigger === "manual") cut = manualCut(messages)
+  // Asked for, or too long already: summarize even when everything would fit the tail's budget.
+  if (cut === 0 && trigger !== "auto") cut = manualCut(messages)
   if (cut === 0 || committed.llmCallSeq >= policy.maxLlmCallsPerTurn) return undefined
   const callId = callIdOf(committed.turnId, committed.llmCallSeq)
   const instruction = summaryInstruction(instructions)
@@ -707,7 +708,8 @@ const compacted = (policy: Policy, committed: ConversationState, run: Compaction
   const opened = openSegment(
     committed,
     { kind: "compaction", turnId: committed.turnId, summaryCallId: run.callId, replaced: run.cut, kept: tail.length },
-    [summaryMessage(summary), ...tail]
+    // The request the turn is working on stays word for word when the cut passes it.
+    [summaryMessage(summary, run.trigger !== "manual" && run.cut > committed.turnStart ? requestOf(committed) : undefined), ...tail]
   )
   const next: ConversationState = {
     ...opened,
@@ -720,6 +722,18 @@ const compacted = (policy: Policy, committed: ConversationState, run: Compaction
   }
   if (run.trigger === "manual") return endOfStep(policy, next, (ended) => finished(ended, Command.Final({ message: null, reason: "stop" })))
   return callLlm(policy, next, false)
+}
+
+/** The text of the user message that opened the current turn (after any context supplement). */
+const requestOf = (committed: ConversationState): string | undefined => {
+  let typed: UserMessage | undefined
+  for (let index = committed.turnStart; index < committed.messages.length; index++) {
+    const message = committed.messages[index]!
+    if (message.role !== "user") break
+    typed = message
+  }
+  const text = typed?.content.flatMap((block) => (block.type === "text" ? [block.text] : [])).join("")
+  return text === undefined || text === "" ? undefined : text
 }
 
 /** The summary failed: the history stays as it was; an automatic compaction goes on without it. */

@@ -10,6 +10,7 @@ import { Effect, Layer } from "effect"
 import { createServer } from "node:http"
 import type { ServerConfig } from "./Config.js"
 import type { ToolCall, ToolResultMessage } from "./Llm.js"
+import * as Dialect from "./Dialect.js"
 import * as FaultInjection from "./FaultInjection.js"
 import * as Hookup from "./Hookup.js"
 import * as Router from "./llm/Router.js"
@@ -103,7 +104,11 @@ const Recovery = Layer.effectDiscard(Effect.gen(function*() {
  */
 export const layerApp = (config: ServerConfig) => {
   const core = Runner.layer({
-    policy: Prompt.policy(config.maxLlmCallsPerTurn),
+    policy: {
+      ...Prompt.policy(config.maxLlmCallsPerTurn),
+      compaction: { ...config.compaction, contextWindowOf: (model) => Router.modelOf(config.router, model)?.contextWindow },
+      promptIdOf: Dialect.promptIdOf
+    },
     classifyTool,
     interruptedResult,
     costOf: (model, message) => Router.answerCost(config.router, model, message)

@@ -9,6 +9,8 @@ import {
   AgentConversationTurnStructureSchema,
   ConversationStateStructureSchema,
   ConversationStepSchema,
+  ConversationSummaryArchiveSchema,
+  ConversationSummarySchema,
   ConversationTokenDetailsSchema,
   ConversationTurnStructureSchema,
   TodoItemSchema,
@@ -38,6 +40,9 @@ const promptBlobOf = (message: Message): Blob => {
   promptBlobs.set(message, blob)
   return blob
 }
+
+/** The id (hex) the client knows a history message by: its prompt-message blob's, as checkpoints name it. */
+export const promptIdOf = (message: Message): string => bytesToHex(promptBlobOf(message).id)
 
 export const promptMessageJson = (message: Message): string => {
   switch (message.role) {
@@ -91,12 +96,28 @@ export const pendingToolCallJson = (call: ToolCall): string =>
     content: [{ type: "tool-call", toolCallId: call.id, toolName: call.name, args: parseJsonOr(call.arguments) }]
   })
 
+/** A compaction made in the turn, for the checkpoint's summary fields. */
+export interface CheckpointSummary {
+  readonly summary: string
+  /** The history messages the summary replaced. */
+  readonly summarized: ReadonlyArray<Message>
+  /** How many of the latest messages follow the summary verbatim. */
+  readonly windowTail: number
+  /** The new segment's first message, holding the summary. */
+  readonly summaryMessage: Message
+}
+
 export interface CheckpointInput {
   /** The checkpoint the client sent with the run request (its `turns` are the earlier turns). */
   readonly previous: ConversationStateStructure | undefined
   readonly requestId: string
-  /** The Cursor user message that started this turn (kept as its own blob). */
-  readonly userMessage: { readonly text: string; readonly messageId: string; readonly mode: CursorMode }
+  /**
+   * The Cursor user message that started this turn (kept as its own blob); none for a turn
+   * that only summarized (`summarize_action`), which adds no turn.
+   */
+  readonly userMessage: { readonly text: string; readonly messageId: string; readonly mode: CursorMode } | undefined
+  /** The compactions made in this turn, oldest first. */
+  readonly summaries?: ReadonlyArray<CheckpointSummary>
   /** The messages committed in this turn after the user message: assistant messages and tool results. */
   readonly turnMessages: ReadonlyArray<Message>
   /** The whole model history, for `root_prompt_messages_json`. */
@@ -145,11 +166,6 @@ export const projectCheckpoint = (input: CheckpointInput): Checkpoint => {
     }
     return blob.id
   }
-  const userMessageId = add(toBinary(UserMessageSchema, create(UserMessageSchema, {
-    text: input.userMessage.text,
-    messageId: input.userMessage.messageId,
-    mode: agentModeOf(input.userMessage.mode)
-  })))
   const steps: Array<Uint8Array> = []
   input.turnMessages.forEach((message, messageIndex) => {
     if (message.role !== "assistant") return
@@ -183,25 +199,51 @@ export const projectCheckpoint = (input: CheckpointInput): Checkpoint => {
       steps.push(add(toBinary(ConversationStepSchema, create(ConversationStepSchema, step))))
     })
   })
-  const turn = create(ConversationTurnStructureSchema, {
-    turn: {
-      case: "agentConversationTurn",
-      value: create(AgentConversationTurnStructureSchema, { userMessage: userMessageId, steps, requestId: input.requestId })
-    }
-  })
-  const turnId = add(toBinary(ConversationTurnStructureSchema, turn))
+  const userMessage = input.userMessage
+  let turnIds: Array<Uint8Array> = []
+  if (userMessage !== undefined) {
+    const userMessageId = add(toBinary(UserMessageSchema, create(UserMessageSchema, {
+      text: userMessage.text,
+      messageId: userMessage.messageId,
+      mode: agentModeOf(userMessage.mode)
+    })))
+    const turn = create(ConversationTurnStructureSchema, {
+      turn: {
+        case: "agentConversationTurn",
+        value: create(AgentConversationTurnStructureSchema, { userMessage: userMessageId, steps, requestId: input.requestId })
+      }
+    })
+    turnIds = [add(toBinary(ConversationTurnStructureSchema, turn))]
+  }
   const roots = input.transcript.map((message) => add(promptBlobOf(message)))
-  const previousTurns = (input.previous?.turns ?? []).filter((id) => !sameBytes(id, turnId))
+  const previousTurns = (input.previous?.turns ?? []).filter((id) => !turnIds.some((turnId) => sameBytes(id, turnId)))
+  // Each compaction: a ConversationSummary blob and an archive naming the prompt messages it replaced.
+  const summaries = (input.summaries ?? []).map((made) => ({
+    summary: add(toBinary(ConversationSummarySchema, create(ConversationSummarySchema, { summary: made.summary }))),
+    archive: add(toBinary(ConversationSummaryArchiveSchema, create(ConversationSummaryArchiveSchema, {
+      summarizedMessages: made.summarized.map((message) => promptBlobOf(message).id),
+      summary: made.summary,
+      windowTail: made.windowTail,
+      summaryMessage: add(promptBlobOf(made.summaryMessage))
+    })))
+  }))
   // Fields we do not manage (summaries, plans, file states...) carry over from the client's checkpoint.
   const checkpoint = input.previous === undefined
     ? create(ConversationStateStructureSchema)
     : clone(ConversationStateStructureSchema, input.previous)
   checkpoint.rootPromptMessagesJson = roots
-  checkpoint.turns = [...previousTurns, turnId]
+  checkpoint.turns = [...previousTurns, ...turnIds]
+  const latest = summaries[summaries.length - 1]
+  if (latest !== undefined) {
+    checkpoint.summary = latest.summary
+    checkpoint.summaryArchive = latest.archive
+    checkpoint.summaryArchives = [...checkpoint.summaryArchives, ...summaries.map((made) => made.archive)]
+    checkpoint.selfSummaryCount = checkpoint.selfSummaryCount + summaries.length
+  }
   checkpoint.todos = input.todos.map((todo) => toBinary(TodoItemSchema, todo))
   checkpoint.pendingToolCalls = input.pendingToolCalls.map(pendingToolCallJson)
   checkpoint.tokenDetails = create(ConversationTokenDetailsSchema, { usedTokens: input.usedTokens, maxTokens: input.maxTokens })
-  checkpoint.mode = agentModeOf(input.userMessage.mode)
+  if (userMessage !== undefined) checkpoint.mode = agentModeOf(userMessage.mode)
   checkpoint.previousWorkspaceUris = [...input.workspaceUris]
   // Cursor stops returning conversation_state unless these are set (TS++ finding).
   checkpoint.agentType = checkpoint.agentType ?? "ide"

@@ -28,6 +28,17 @@ export interface StartInput {
 export type RunAction = Data.TaggedEnum<{
   /** A new user turn (`user_message_action`). */
   StartTurn: { readonly start: StartInput; readonly userMessageId: string; readonly userMessage: CursorUserMessage }
+  /**
+   * Compact the conversation now: `summarize_action`, a message that is `/summarize [instructions]`,
+   * or Cursor's summarize command picked as a slash command. `userMessage` is the message that
+   * asked, when one did (it is shown as its own turn; it is not sent to the model).
+   */
+  Summarize: {
+    readonly settings: TurnSettings
+    readonly instructions: string
+    readonly userMessageId: string
+    readonly userMessage: CursorUserMessage | undefined
+  }
   /** Continue the conversation from the checkpoint without a new message (`resume_action`, CLI reconnects). */
   Resume: { readonly settings: TurnSettings }
   /** An action we do not serve (summarize, plans, shell command...): `field` is its tag number. */

@@ -97,8 +97,12 @@ const decodeConversationAction = (value: ConversationAction): Decoded => {
       return Either.right(ClientMessage.Cancel({ reason: action.value.reason }))
     case "resumeAction":
     case "startPlanAction":
+    case "summarizeAction":
       // These only mean something inside a run_request; on a live request we do not act on them.
-      return Either.right(ClientMessage.Unknown({ where: `ConversationAction.${action.case}`, fields: [action.case === "resumeAction" ? 2 : 6] }))
+      return Either.right(ClientMessage.Unknown({
+        where: `ConversationAction.${action.case}`,
+        fields: [action.case === "resumeAction" ? 2 : action.case === "summarizeAction" ? 4 : 6]
+      }))
     case undefined:
       return unknownCase("ConversationAction", value)
   }

@@ -185,6 +185,15 @@ export const encodeHeartbeat = (): AgentServerMessage => update({ case: "heartbe
 export const encodeServerNotice = (text: string): AgentServerMessage =>
   update({ case: "textDelta", value: { text, isServerNotice: true } })
 
+/** `summary_started`: the client shows that the conversation is being summarized. */
+export const encodeSummaryStarted = (): AgentServerMessage => update({ case: "summaryStarted", value: {} })
+
+/** `summary`: the summary's text, whole (sent once, when it is complete). */
+export const encodeSummary = (summary: string): AgentServerMessage => update({ case: "summary", value: { summary } })
+
+/** `summary_completed`: the summarizing display ends. */
+export const encodeSummaryCompleted = (): AgentServerMessage => update({ case: "summaryCompleted", value: {} })
+
 /** `turn_ended` with the usage summed over every model call of the request. */
 export const encodeTurnEnded = (usage: Usage): AgentServerMessage =>
   update({

@@ -7,15 +7,36 @@ import { AgentRunRequestSchema } from "../gen/agent/v1/agent_pb.js"
 import type { PrewarmRequest, UserMessage as CursorUserMessage } from "../gen/agent/v1/agent_pb.js"
 import type { ToolResultMessage } from "../Llm.js"
 import { Input } from "../Loop.js"
-import type { ClientMessage, RunAction, RunRequest } from "./ClientMessage.js"
+import type { ClientHistory } from "../Loop.js"
+import { bytesToHex } from "./Bytes.js"
+import type { ClientMessage, RunRequest } from "./ClientMessage.js"
 import { decodeRunRequest } from "./RunRequest.js"
 import { withRequestId } from "./Settings.js"
 
-/** The input that starts a run request's turn, its settings naming the Cursor request it belongs to. */
-export const startInputOf = (action: Extract<RunAction, { _tag: "StartTurn" }>, requestId: string): Input => {
-  const { start } = action
-  return Input.Start({ ...start, settings: withRequestId(start.settings, requestId) })
+/**
+ * The input that starts a run request's turn (a user turn or a summarize), its settings naming
+ * the Cursor request it belongs to, with what the client's checkpoint says it holds of the
+ * history (so that an edited earlier message or a restored checkpoint rewinds it). Undefined
+ * for a run request that starts no turn.
+ */
+export const turnInputOf = (run: RunRequest, requestId: string): Input | undefined => {
+  const action = run.action
+  const clientHistory = clientHistoryOf(run)
+  const history = clientHistory === undefined ? {} : { clientHistory }
+  switch (action._tag) {
+    case "StartTurn":
+      return Input.Start({ ...action.start, settings: withRequestId(action.start.settings, requestId), ...history })
+    case "Summarize":
+      return Input.Summarize({ instructions: action.instructions, settings: withRequestId(action.settings, requestId), ...history })
+    case "Resume":
+    case "Unsupported":
+      return undefined
+  }
 }
+
+/** The history the client's checkpoint names: its prompt-message blob ids (see `Checkpoint.promptIdOf`). */
+export const clientHistoryOf = (run: RunRequest): ClientHistory | undefined =>
+  run.conversationState === undefined ? undefined : { promptIds: run.conversationState.rootPromptMessagesJson.map(bytesToHex) }
 
 /** A follow-up message on a live request (queued by the loop while a turn runs, or the next turn between turns). */
 export const followUpInputOf = (message: Extract<ClientMessage, { _tag: "UserMessage" }>): Input => Input.UserMessage({ message: message.message })

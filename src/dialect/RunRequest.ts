@@ -197,10 +197,16 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
     ...(request.conversationState !== undefined ? { carriedCheckpoint: carriedCheckpointOption(request.conversationState) } : {})
   }
   let runAction: RunAction
+  const summarize = action?.case === "userMessageAction" && userMessage !== undefined ? summarizeRequestOf(userMessage) : undefined
   switch (action?.case) {
+    case "summarizeAction":
+      runAction = RunAction.Summarize({ settings, instructions: "", userMessageId: "", userMessage: undefined })
+      break
     case "userMessageAction":
     case "startPlanAction":
-      runAction = userMessage === undefined
+      runAction = summarize !== undefined && userMessage !== undefined
+        ? RunAction.Summarize({ settings, instructions: summarize, userMessageId: userMessage.messageId, userMessage })
+        : userMessage === undefined
         ? RunAction.Unsupported({ field: action.case === "userMessageAction" ? 1 : 6 })
         : RunAction.StartTurn({
           start: {
@@ -234,6 +240,22 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
     contextToFetch: contextToFetchOf(request),
     raw: request
   }
+}
+
+/** Cursor's own summarize command, as the slash command it sends when the user picks it. */
+export const SUMMARIZE_COMMAND = "glass-action-summarize"
+
+/**
+ * What a user message asks of a summary when it asks for one: `/summarize [instructions]`
+ * typed as the message, or Cursor's summarize command picked (its text is then the
+ * instructions). Undefined for any other message.
+ */
+export const summarizeRequestOf = (message: CursorUserMessage): string | undefined => {
+  if (message.selectedContext?.cursorCommands.some((command) => command.name === SUMMARIZE_COMMAND) === true) {
+    return message.text.trim()
+  }
+  const typed = /^\/summarize(?:\s+([\s\S]*))?$/.exec(message.text.trim())
+  return typed === null ? undefined : (typed[1] ?? "").trim()
 }
 
 /**

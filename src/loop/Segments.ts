@@ -150,6 +150,15 @@ export const estimateTokens = (
   return tokens
 }
 
+/**
+ * How much of the context window the segment takes now: the last answer's count plus an
+ * estimate of what followed it (the system prompt and tools are not counted without an answer).
+ */
+export const contextTokensOf = (state: { readonly messages: ReadonlyArray<Message>; readonly context: ContextSize }): number =>
+  estimateTokens({ systemPrompt: "", tools: NO_TOOLS, messages: state.messages }, state.context) - (state.context.tokens > 0 ? 0 : toolsTokens(NO_TOOLS))
+
+const NO_TOOLS: ReadonlyArray<ToolDefinition> = []
+
 /** What an answer says the request and its output came to. */
 export const countedSize = (message: AssistantMessage, messages: number): ContextSize => {
   const usage = message.usage
@@ -228,12 +237,18 @@ export const summaryTextOf = (message: AssistantMessage): string =>
 export const SUMMARY_OPEN = "<conversation_summary>"
 export const SUMMARY_CLOSE = "</conversation_summary>"
 
-/** The new segment's first message: the summary, as the user's context. */
-export const summaryMessage = (summary: string): UserMessage => ({
+const SUMMARY_HEADER = `${SUMMARY_OPEN}\nThe earlier part of this conversation was summarized to free context. The summary:\n\n`
+const REQUEST_HEADER = "\n\nThe request you are working on now, as I wrote it:\n\n"
+
+/**
+ * The new segment's first message: the summary, as the user's context; and, when the cut
+ * passed the message that opened the running turn, that request word for word.
+ */
+export const summaryMessage = (summary: string, request?: string): UserMessage => ({
   role: "user",
   content: [{
     type: "text",
-    text: `${SUMMARY_OPEN}\nThe earlier part of this conversation was summarized to free context. The summary:\n\n${summary}\n${SUMMARY_CLOSE}`
+    text: `${SUMMARY_HEADER}${summary}\n${SUMMARY_CLOSE}${request === undefined ? "" : `${REQUEST_HEADER}${request}`}`
   }]
 })
 
@@ -241,10 +256,9 @@ export const summaryMessage = (summary: string): UserMessage => ({
 export const summaryOfMessage = (message: Message | undefined): string | undefined => {
   if (message === undefined || message.role !== "user") return undefined
   const block = message.content[0]
-  if (block === undefined || block.type !== "text" || !block.text.startsWith(SUMMARY_OPEN) || !block.text.endsWith(SUMMARY_CLOSE)) return undefined
-  const body = block.text.slice(SUMMARY_OPEN.length + 1, block.text.length - SUMMARY_CLOSE.length - 1)
-  const marker = body.indexOf("\n\n")
-  return marker < 0 ? body : body.slice(marker + 2)
+  if (block === undefined || block.type !== "text" || !block.text.startsWith(SUMMARY_HEADER)) return undefined
+  const end = block.text.lastIndexOf(`\n${SUMMARY_CLOSE}`, block.text.includes(REQUEST_HEADER) ? block.text.indexOf(REQUEST_HEADER) : undefined)
+  return end < SUMMARY_HEADER.length ? undefined : block.text.slice(SUMMARY_HEADER.length, end)
 }
 
 /**

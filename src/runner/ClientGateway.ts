@@ -5,8 +5,8 @@
  */
 import { Context, Data } from "effect"
 import type { Effect } from "effect"
-import type { ResponseEvent, ToolCall, ToolResultMessage, Usage } from "../Llm.js"
-import type { Command, ConversationState, TurnSettings } from "../Loop.js"
+import type { Message, ResponseEvent, ToolCall, ToolResultMessage, Usage } from "../Llm.js"
+import type { Command, CompactionTrigger, ConversationState, TurnSettings } from "../Loop.js"
 
 /** Which turn a call is about; the transport finds the Cursor request from the settings. */
 export interface TurnRef {
@@ -49,6 +49,29 @@ export type StartedTurn = Data.TaggedEnum<{
 }>
 export const StartedTurn = Data.taggedEnum<StartedTurn>()
 
+/** Where a compaction of the running turn stands, for the client's "summarizing" display. */
+export type CompactionProgress = Data.TaggedEnum<{
+  /** The summary call was saved and starts now. */
+  Started: { readonly trigger: CompactionTrigger }
+  /**
+   * The new segment is committed: `summarized` are the previous segment's messages the summary
+   * replaced, `kept` how many of its latest messages follow it verbatim, `summaryMessage` the
+   * segment's first message.
+   */
+  Completed: {
+    readonly trigger: CompactionTrigger
+    readonly summary: string
+    readonly summarized: ReadonlyArray<Message>
+    readonly kept: number
+    readonly summaryMessage: Message
+  }
+  /** The summary call failed; the history is as it was (an automatic compaction goes on without it). */
+  Failed: { readonly trigger: CompactionTrigger; readonly error: string }
+  /** The user asked for a summary of a conversation too short to need one: nothing changed. */
+  Skipped: {}
+}>
+export const CompactionProgress = Data.taggedEnum<CompactionProgress>()
+
 export class ClientGateway extends Context.Tag("cursor-byok/ClientGateway")<ClientGateway, {
   /** Streamed events of a running turn's model call `callId`, in order. */
   readonly publish: (turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>) => Effect.Effect<void>
@@ -58,6 +81,8 @@ export class ClientGateway extends Context.Tag("cursor-byok/ClientGateway")<Clie
    * such as TodoWrite): the runner applies it as `<operation id>:result`.
    */
   readonly dispatch: (turn: TurnRef, operation: DispatchedOperation) => Effect.Effect<ToolResultMessage | undefined>
+  /** A compaction in the running turn started, ended or failed (committed before this is called). */
+  readonly compaction: (turn: TurnRef, progress: CompactionProgress) => Effect.Effect<void>
   /** Stops the turn's client operations (a cancel). */
   readonly abort: (turn: TurnRef) => Effect.Effect<void>
   /** The turn is over: send what ends it (usage, checkpoint, end of stream); `usage` sums the turn's committed answers (`turnUsageOf`). */

@@ -14,6 +14,7 @@ import { Envelope, turnRefOf } from "./Actor.js"
 import type { Actor, ActorState, RunnerEnv } from "./Actor.js"
 import type { TurnOutcome } from "./ClientGateway.js"
 import { commitOf, derivedInputId } from "./Commits.js"
+import { compactionProgressOf } from "./Compaction.js"
 import { logTurn } from "./TurnLog.js"
 import { startModelCall } from "./ModelCall.js"
 import { turnUsageOf } from "./Outcomes.js"
@@ -53,6 +54,10 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
     if (input._tag === "LlmEvent" && input.event._tag === "Error" && acc.runtime.committed.activeCallId === input.callId) {
       yield* Metric.increment(Metrics.llmErrors)
     }
+    if (t.state.committed.segment !== acc.runtime.committed.segment && t.state.committed.segment.kind === "rewind") {
+      yield* Metric.increment(Metrics.rewinds)
+      yield* Effect.logInfo(`runner: the client kept ${t.state.committed.segment.kept} of ${acc.runtime.committed.messages.length} messages; the history rewinds to them`)
+    }
     if (input._tag === "Start" && t.state.committed.turnId !== acc.runtime.committed.turnId) {
       yield* Metric.increment(Metrics.turnsStarted)
       env.turnClock.started.set(t.state.committed.turnId, yield* Clock.currentTimeMillis)
@@ -60,6 +65,11 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
     const next: ActorState = { runtime: t.state, version }
     if (t.emit.length > 0) {
       yield* gateway.publish(turnRefOf(t.state.committed), input._tag === "LlmEvent" ? input.callId : "", t.emit)
+    }
+    const compaction = compactionProgressOf(acc.runtime.committed, input, t)
+    if (compaction !== undefined) {
+      yield* Metric.increment(Metric.tagged(Metrics.compactions, "outcome", compaction._tag.toLowerCase()))
+      yield* gateway.compaction(turnRefOf(t.state.committed), compaction)
     }
     yield* supersede(env, acc.runtime.committed, t.state.committed)
     return yield* perform(env, actor, next, t.command)

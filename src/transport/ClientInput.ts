@@ -139,15 +139,19 @@ const onRunRequest = (env: InputEnv, session: Session, seqno: number, run: RunRe
   Effect.gen(function*() {
     const action = run.action
     switch (action._tag) {
-      case "StartTurn": {
+      case "StartTurn":
+      case "Summarize": {
         session.run = run
         session.todos = Dialect.todosOf(run.conversationState)
         session.conversationId = conversationOf(session, run)
         // A recovered turn may be running or ending already (this is its run request, re-sent).
         if (session.lifecycle._tag === "Open") session.lifecycle = Lifecycle.Running()
         if (action.userMessageId !== "") session.turnKey = action.userMessageId
+        // A summarize reads the context back too: its call must send the same system prompt (the rules) to hit the cache.
         if (run.contextToFetch.length > 0) return yield* startAfterContext(env, session, seqno, run, durable)
-        return yield* submitDurably(env, durable, session.conversationId, Dialect.startInputOf(action, session.requestId), inputIdOf(session, seqno))
+        const input = Dialect.turnInputOf(run, session.requestId)
+        if (input === undefined) return
+        return yield* submitDurably(env, durable, session.conversationId, input, inputIdOf(session, seqno))
       }
       case "Resume":
         session.run = run
@@ -207,11 +211,11 @@ const startAfterContext = (env: InputEnv, session: Session, seqno: number, run: 
         ), { concurrency: "unbounded", discard: true })
       const merged = Dialect.withContextParts(run, fetched)
       for (const problem of merged.problems) yield* Effect.logWarning(`transport: ${session.requestId}: ${problem}; the turn starts without it`)
-      const action = merged.run.action
-      if (isEnded(session) || action._tag !== "StartTurn") return
+      const input = Dialect.turnInputOf(merged.run, session.requestId)
+      if (isEnded(session) || input === undefined) return
       session.run = merged.run
       const committed: Array<Effect.Effect<void>> = []
-      yield* submitDurably(env, committed, conversationOf(session, merged.run), Dialect.startInputOf(action, session.requestId), inputIdOf(session, seqno))
+      yield* submitDurably(env, committed, conversationOf(session, merged.run), input, inputIdOf(session, seqno))
       yield* Effect.all(committed, { discard: true })
     }).pipe(Effect.ensuring(Effect.suspend(() => {
       if (session.startGate === started) session.startGate = undefined

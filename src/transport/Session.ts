@@ -121,6 +121,8 @@ export interface Session {
   todos: ReadonlyArray<TodoItem>
   /** Typed tool calls as the UI saw them complete, for the checkpoint's steps. */
   cursorToolCalls: Record<string, CursorToolCall>
+  /** The compactions the current turn made, for its checkpoint's summary fields. */
+  summaries: Array<Dialect.CheckpointSummary>
   readonly operations: Map<string, RunningOperation>
   readonly blobAcks: Map<number, Deferred.Deferred<boolean>>
   /** get_blob reads in flight (request-context parts, attached images), by KV id: the blob, or undefined on an error. */
@@ -167,6 +169,7 @@ export const makeSession = (requestId: string, atMs: number): Effect.Effect<Sess
     lastCheckpoint: undefined,
     todos: [],
     cursorToolCalls: {},
+    summaries: [],
     operations: new Map(),
     blobAcks: new Map(),
     blobReads: new Map(),

@@ -13,12 +13,15 @@ import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
 import type { ResponseEvent, Usage } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 import { ClientGateway } from "../Runner.js"
-import type { DispatchedOperation, TurnOutcome, TurnRef } from "../Runner.js"
+import type { CompactionProgress, DispatchedOperation, TurnOutcome, TurnRef } from "../Runner.js"
 import type { TransportOptions } from "./Options.js"
 import { endFrameOf, Lifecycle, makeSession, requestIdOf, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import { startOperation, toolContext } from "./ToolOps.js"
 import { beginNextTurn, sendTurnEnd } from "./TurnEnd.js"
+
+/** What a summarize of a short conversation shows: nothing was changed. */
+const NOTHING_TO_SUMMARIZE = "Nothing to summarize yet: the conversation is short enough to keep whole."
 
 export interface SessionsService {
   readonly env: SessionEnv
@@ -123,6 +126,39 @@ export const make = (options: TransportOptions) =>
         yield* write(session, aborted.messages)
       })
 
+    /** The summarizing display, and the summary kept for the turn's checkpoint. */
+    const compaction = (turn: TurnRef, progress: CompactionProgress) =>
+      Effect.gen(function*() {
+        const session = yield* turnSession(turn)
+        switch (progress._tag) {
+          case "Started":
+            return yield* write(session, [Dialect.encodeSummaryStarted()])
+          case "Completed":
+            session.summaries.push({
+              summary: progress.summary,
+              summarized: progress.summarized,
+              windowTail: progress.kept,
+              summaryMessage: progress.summaryMessage
+            })
+            return yield* write(session, [Dialect.encodeSummary(progress.summary), Dialect.encodeSummaryCompleted()])
+          case "Failed":
+            yield* Effect.logWarning(`transport: ${session.requestId}: the ${progress.trigger} summary failed: ${progress.error}`)
+            // A summary the user asked for fails the turn, which says why; an automatic one goes on without it.
+            return yield* write(session, [
+              Dialect.encodeSummaryCompleted(),
+              ...(progress.trigger === "auto"
+                ? [Dialect.encodeServerNotice(`(The conversation could not be summarized to free context: ${progress.error}. Continuing with the whole conversation.)\n\n`)]
+                : [])
+            ])
+          case "Skipped":
+            return yield* write(session, [
+              Dialect.encodeSummaryStarted(),
+              Dialect.encodeSummary(NOTHING_TO_SUMMARIZE),
+              Dialect.encodeSummaryCompleted()
+            ])
+        }
+      })
+
     const finish = (turn: TurnRef, outcome: TurnOutcome, state: ConversationState, usage: Usage) =>
       Effect.flatMap(turnSession(turn), (session) => sendTurnEnd(env, session, turn, outcome, state, usage))
 
@@ -142,7 +178,7 @@ export const make = (options: TransportOptions) =>
       remove: (requestId) => void sessions.delete(requestId),
       size: () => sessions.size,
       adoptions,
-      gateway: ClientGateway.of({ publish, dispatch, abort, finish }),
+      gateway: ClientGateway.of({ publish, dispatch, compaction, abort, finish }),
       shutdown
     })
   })

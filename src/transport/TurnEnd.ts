@@ -18,6 +18,7 @@ import type { TurnOutcome, TurnRef } from "../Runner.js"
 import { endFrameOf, Lifecycle, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import { toolContext } from "./ToolOps.js"
+import { contextTokensOf } from "../Loop.js"
 
 /** How long a queued message the runner was given may take to start its turn before the stream ends anyway. */
 const QUEUED_TURN_START_MS = 10_000
@@ -69,7 +70,7 @@ export const sendTurnEnd = (
       yield* endSession(session, end.end)
       return
     }
-    const checkpoint = projectTurn(env, session, turn, state, usage)
+    const checkpoint = projectTurn(env, session, turn, state)
     // A turn that follows on this stream builds on this checkpoint (its blobs are on their way).
     session.lastCheckpoint = checkpoint.checkpoint
     const acks = yield* sendBlobs(session, checkpoint.blobs)
@@ -104,17 +105,25 @@ export const beginNextTurn = (session: Session, turnId: string) => {
   if (session.nextTurnStarted !== undefined) Deferred.unsafeDone(session.nextTurnStarted, Exit.void)
   session.nextTurnStarted = undefined
   session.cursorToolCalls = {}
+  session.summaries = []
   session.operations.clear()
 }
 
 /** The turn's checkpoint; without its run request (a turn recovered or replayed after a restart), from the committed settings and history. */
-const projectTurn = (env: SessionEnv, session: Session, turn: TurnRef, state: ConversationState, usage: Usage) => {
+const projectTurn = (env: SessionEnv, session: Session, turn: TurnRef, state: ConversationState) => {
   const run = session.run
   const action = run?.action
   const turnMessages = state.messages.slice(state.turnStart)
   const userMessage = session.queuedUserMessage ??
     (action?._tag === "StartTurn"
       ? { text: action.userMessage.text, messageId: action.userMessageId, mode: run?.mode ?? "agent" as const }
+      : action?._tag === "Summarize"
+      ? (action.userMessage === undefined
+        ? undefined
+        : { text: action.userMessage.text, messageId: action.userMessageId, mode: run?.mode ?? "agent" as const })
+      : turnMessages.length === 0 && Dialect.userMessageIdOf(turn.settings) === ""
+      // A turn that only summarized, ended by a process without its run request: it adds no turn.
+      ? undefined
       : Dialect.turnUserMessageOf(turn.settings, turnMessages))
   return Dialect.projectCheckpoint({
     previous: session.lastCheckpoint ?? (run !== undefined ? run.conversationState : Dialect.carriedCheckpointOf(turn.settings)),
@@ -125,7 +134,9 @@ const projectTurn = (env: SessionEnv, session: Session, turn: TurnRef, state: Co
     cursorToolCalls: session.cursorToolCalls,
     pendingToolCalls: [],
     todos: session.todos,
-    usedTokens: usage.input + usage.cacheRead + usage.cacheWrite + usage.output,
+    summaries: session.summaries,
+    // The context meter: what the model sees now (the last request and its answer), not the turn's sum.
+    usedTokens: contextTokensOf(state),
     maxTokens: env.options.contextWindowOf(turn.settings.model),
     workspaceUris: run?.workspace.workspacePaths ?? Dialect.workspacePathsOf(turn.settings),
     mcpTools: toolContext(session, turn).mcpTools

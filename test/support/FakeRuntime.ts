@@ -8,7 +8,7 @@ import { Llm, LlmError } from "../../src/Llm.js"
 import type { AssistantMessage, RequestMessages, ResponseEvent, ToolCall, ToolResultMessage, Usage } from "../../src/Llm.js"
 import type { ConversationState } from "../../src/Loop.js"
 import { ClientGateway } from "../../src/Runner.js"
-import type { DispatchedOperation, TurnOutcome, TurnRef } from "../../src/Runner.js"
+import type { CompactionProgress, DispatchedOperation, TurnOutcome, TurnRef } from "../../src/Runner.js"
 
 export type Script =
   | { readonly _tag: "Events"; readonly events: ReadonlyArray<ResponseEvent> }
@@ -100,6 +100,7 @@ export interface GatewayLog {
   readonly dispatched: Array<{ readonly turn: TurnRef; readonly operation: DispatchedOperation }>
   readonly aborted: Array<TurnRef>
   readonly finished: Array<Finished>
+  readonly compactions: Array<{ readonly turnId: string; readonly progress: CompactionProgress }>
 }
 
 /**
@@ -111,7 +112,7 @@ export const makeFakeGateway = (
   submitResult: (turn: TurnRef, operationId: string, result: ToolResultMessage) => Effect.Effect<void>
 ) =>
   Effect.gen(function*() {
-    const log: GatewayLog = { published: [], dispatched: [], aborted: [], finished: [] }
+    const log: GatewayLog = { published: [], dispatched: [], aborted: [], finished: [], compactions: [] }
     const waiters: Array<{ readonly count: number; readonly done: Deferred.Deferred<void> }> = []
     const notify = Effect.suspend(() =>
       Effect.forEach(waiters.filter((w) => log.finished.length >= w.count), (w) => Deferred.succeed(w.done, undefined), { discard: true })
@@ -125,6 +126,7 @@ export const makeFakeGateway = (
           if (result !== null) yield* Effect.forkDaemon(submitResult(turn, operation.operationId, result))
           return undefined
         }),
+      compaction: (turn, progress) => Effect.sync(() => void log.compactions.push({ turnId: turn.turnId, progress })),
       abort: (turn) => Effect.sync(() => void log.aborted.push(turn)),
       finish: (turn, outcome, state, usage) =>
         Effect.sync(() => void log.finished.push({ turn, outcome, state, usage })).pipe(Effect.zipRight(notify))
