@@ -201,6 +201,10 @@ export interface RunRequestSpec {
    * `images` and `refOnlyContext` are then not sent); give the last checkpoint in `conversationState`.
    */
   readonly resume?: boolean
+  /** The user's summarize: the action is `summarize_action` (no message; `text` is not sent). */
+  readonly summarize?: boolean
+  /** Slash commands picked with the message (`selected_context.cursor_commands`), e.g. `glass-action-summarize`. */
+  readonly cursorCommands?: ReadonlyArray<{ readonly name: string; readonly content?: string }>
 }
 
 const agentMode = (mode: RunRequestSpec["mode"]): AgentMode =>
@@ -218,7 +222,14 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
     text: spec.text,
     messageId: spec.messageId ?? randomUUID(),
     mode: agentMode(spec.mode),
-    ...(selectedImages.length > 0 ? { selectedContext: { selectedImages } } : {})
+    ...(selectedImages.length > 0 || spec.cursorCommands !== undefined
+      ? {
+        selectedContext: {
+          selectedImages,
+          cursorCommands: (spec.cursorCommands ?? []).map((command) => ({ name: command.name, content: command.content ?? "" }))
+        }
+      }
+      : {})
   }
   const preFetchedBlobs = (spec.images ?? []).filter((image) => image.how === "preFetched").map((image) => ({ id: blobIdBytes(image.data), value: image.data }))
   const refOnly = spec.refOnlyContext
@@ -233,6 +244,8 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
         ...(preFetchedBlobs.length > 0 ? { preFetchedBlobs } : {}),
         action: spec.resume === true
           ? { action: { case: "resumeAction", value: {} } }
+          : spec.summarize === true
+          ? { action: { case: "summarizeAction", value: {} }, requestContextParts: { dynamicContext: { env } } }
           : refOnly === undefined
           ? { action: { case: "userMessageAction", value: { userMessage, requestContext: { env } } } }
           : {
@@ -293,6 +306,9 @@ export type FrameEvent =
   | { readonly kind: "step_started" }
   | { readonly kind: "step_completed" }
   | { readonly kind: "interaction_query"; readonly id: number }
+  | { readonly kind: "summary_started" }
+  | { readonly kind: "summary"; readonly text: string }
+  | { readonly kind: "summary_completed" }
   | { readonly kind: "other"; readonly what: string }
 
 export interface Frame {
@@ -402,6 +418,12 @@ export const frameEvent = (message: AgentServerMessage): FrameEvent => {
           return { kind: "step_started" }
         case "stepCompleted":
           return { kind: "step_completed" }
+        case "summaryStarted":
+          return { kind: "summary_started" }
+        case "summary":
+          return { kind: "summary", text: u.value.summary }
+        case "summaryCompleted":
+          return { kind: "summary_completed" }
         default:
           return { kind: "other", what: `interactionUpdate.${u.case}` }
       }
