@@ -225,8 +225,28 @@ const beginTurn = (
 ): ConversationState => {
   const closed = isBusy(state.committed) ? closeTurn(state.committed, SUPERSEDED_RESULT) : state.committed
   const turnSeq = closed.turnSeq + 1
-  const turn = rewindTo(policy, { ...closed, turnSeq, turnId: turnIdOf(closed.conversationId, turnSeq), settings, llmCallSeq: 0 }, clientHistory)
+  const next = { ...closed, turnSeq, turnId: turnIdOf(closed.conversationId, turnSeq), settings, llmCallSeq: 0 }
+  const turn = closed.turnSeq === 0 ? seedFrom(policy, next, clientHistory) : rewindTo(policy, next, clientHistory)
   return { ...turn, turnStart: turn.messages.length }
+}
+
+/**
+ * A conversation's first turn that names a history (a forked chat): seeded with the stored
+ * messages the runner found under exactly those ids, as a `fork` segment the client holds.
+ */
+const seedFrom = (policy: Policy, state: ConversationState, history: ClientHistory | undefined): ConversationState => {
+  const seed = history?.seed
+  const promptIdOf = policy.promptIdOf
+  if (seed === undefined || promptIdOf === undefined || state.messages.length > 0) return state
+  if (seed.messages.length !== history!.promptIds.length || seed.messages.some((message, index) => promptIdOf(message) !== history!.promptIds[index])) {
+    return state
+  }
+  const forked = openSegment(
+    state,
+    { kind: "fork", turnId: state.turnId, source: seed.conversationId, replaced: 0, kept: seed.messages.length },
+    seed.messages
+  )
+  return { ...forked, checkpointed: forked.messages.length }
 }
 
 /**

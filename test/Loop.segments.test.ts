@@ -352,6 +352,46 @@ describe("Loop: rewind", () => {
   })
 })
 
+describe("Loop: a forked chat", () => {
+  const promptIds = (messages: ReadonlyArray<Message>) => messages.map((m) => messageHash(m))
+  const source = [user("how is it built?"), answer([text("with esbuild")])]
+
+  it("a new conversation's first turn is seeded with the messages found under the ids its client names, as a fork segment", () => {
+    const d = driver(policyWith(knobs(undefined)))
+    const t = d.feed(Input.Start({
+      message: user("and lint?"),
+      context: [],
+      settings,
+      clientHistory: { promptIds: promptIds(source), seed: { conversationId: "source", messages: source } }
+    }))
+    assert.deepStrictEqual(expectTag(t.command, "CallLlm").request.messages, [...source, user("and lint?")])
+    assert.deepStrictEqual(d.state.committed.segment, { start: 0, kind: "fork", turnId: "c/t1", source: "source", replaced: 0, kept: 2 })
+    assert.strictEqual(d.state.committed.turnStart, 2)
+  })
+
+  it("a seed that does not match the ids, or arrives for a conversation with history, is ignored", () => {
+    const mismatched = driver(policyWith(knobs(undefined)))
+    const t = mismatched.feed(Input.Start({
+      message: user("x"),
+      context: [],
+      settings,
+      clientHistory: { promptIds: promptIds(source).reverse(), seed: { conversationId: "source", messages: source } }
+    }))
+    assert.deepStrictEqual(expectTag(t.command, "CallLlm").request.messages, [user("x")])
+
+    const later = driver(policyWith(knobs(undefined)))
+    later.turn("first", "answer")
+    const before = later.state.committed.messages
+    const u = later.feed(Input.Start({
+      message: user("y"),
+      context: [],
+      settings,
+      clientHistory: { promptIds: promptIds(before), seed: { conversationId: "source", messages: source } }
+    }))
+    assert.deepStrictEqual(expectTag(u.command, "CallLlm").request.messages, [...before, user("y")])
+  })
+})
+
 describe("Loop: the context meter", () => {
   it("shows the last request and its answer as the provider counted them, not the sum over the turn's calls", () => {
     const d = driver(policyWith(knobs(undefined)))

@@ -13,7 +13,7 @@ import type { AssistantMessage, Message, ToolDefinition, UserMessage } from "../
 // Records
 // =============================================================================
 
-export const SegmentKind = Schema.Literal("origin", "compaction", "rewind")
+export const SegmentKind = Schema.Literal("origin", "compaction", "rewind", "fork")
 export type SegmentKind = typeof SegmentKind.Type
 
 /** How the current segment began. Its messages are the conversation's `messages`. */
@@ -25,6 +25,8 @@ export const Segment = Schema.Struct({
   turnId: Schema.String,
   /** The model call that wrote the summary (compaction only). */
   summaryCallId: Schema.optional(Schema.String),
+  /** The conversation a fork was seeded from (fork only). */
+  source: Schema.optional(Schema.String),
   /** Messages of the previous segment it does not carry verbatim (summarized or discarded). */
   replaced: Schema.Int,
   /** Messages of the previous segment it carries verbatim (compaction: the tail after the summary). */
@@ -55,9 +57,14 @@ export type ContextSize = typeof ContextSize.Type
 
 export const unknownContextSize: ContextSize = { messages: 0, tokens: 0 }
 
-/** What the client says it holds of the history: the ids it knows the segment's messages by, in order. */
+/**
+ * What the client says it holds of the history: the ids it knows the segment's messages by, in
+ * order. For a conversation the server does not know yet (a forked chat), `seed` is what the
+ * runner found stored under those ids, and where.
+ */
 export interface ClientHistory {
   readonly promptIds: ReadonlyArray<string>
+  readonly seed?: { readonly conversationId: string; readonly messages: ReadonlyArray<Message> }
 }
 
 /** The knobs of compaction (the loop's policy carries them). */

@@ -37,6 +37,8 @@ export const commitOf = (options: RunnerOptions, conversationId: string, inputId
     expectedVersion: acc.version,
     next,
     result: { command: command._tag, status: next.status },
+    // Each new message keeps the id the client knows it by, so a forked chat can be seeded from it.
+    ...(options.policy.promptIdOf !== undefined ? { messageKey: options.policy.promptIdOf } : {}),
     ...(llmCall !== undefined ? { llmCall } : {}),
     ...(clientOperations !== undefined ? { clientOperations } : {}),
     ...(llmCallUpdate !== undefined ? { llmCallUpdate } : {}),

@@ -27,7 +27,7 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
       const seen = yield* store.findInputCommit(conversationId, inputId)
       if (Option.isSome(seen)) return acc
     }
-    const t = transition(acc.runtime, input)
+    const t = transition(acc.runtime, yield* withSeed(env, acc, input))
     let version = acc.version
     if (t.state.committed !== acc.runtime.committed) {
       const id = inputId ?? derivedInputId(acc.runtime.committed, input)
@@ -125,6 +125,30 @@ export const stepStream = (env: RunnerEnv, actor: Actor, acc: ActorState, callId
     yield* flush
     return current
   })
+
+/**
+ * A conversation's first turn that names a history it does not have (a forked chat): the
+ * stored messages with those client ids, from whichever conversation holds them, go in with
+ * the input for the loop to seed from. Not found: the input as it is (the chat starts afresh).
+ */
+const withSeed = (env: RunnerEnv, acc: ActorState, input: Input): Effect.Effect<Input> => {
+  if ((input._tag !== "Start" && input._tag !== "Summarize") || input.clientHistory === undefined) return Effect.succeed(input)
+  const history = input.clientHistory
+  const state = acc.runtime.committed
+  if (history.promptIds.length === 0 || history.seed !== undefined || state.turnSeq > 0 || state.messages.length > 0) return Effect.succeed(input)
+  return env.store.findHistory(history.promptIds).pipe(
+    Effect.map(Option.match({
+      onNone: () => input,
+      onSome: (seed) => ({ ...input, clientHistory: { ...history, seed } })
+    })),
+    Effect.tap((seeded) =>
+      seeded === input
+        ? Effect.logInfo(`runner: ${state.conversationId} names a history of ${history.promptIds.length} messages this server does not hold; it starts afresh`)
+        : Effect.logInfo(`runner: ${state.conversationId} is a fork; seeded with ${history.promptIds.length} messages`)
+    ),
+    Effect.catchAll((error) => Effect.as(Effect.logWarning("runner: could not look up a forked chat's history", error), input))
+  )
+}
 
 /** A Start that replaced a running turn: the old turn's stream and client work end here. */
 const supersede = (env: RunnerEnv, before: ConversationState, after: ConversationState) =>

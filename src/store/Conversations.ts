@@ -94,12 +94,13 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
     } else {
       return rewritten(`a new segment must begin at the end of the journal (${storedCount}), not at ${start}`)
     }
-    const rows: Array<MessageRow> = []
+    const rows: Array<MessageRow & { readonly client_key: string | null }> = []
     for (let index = from; index < next.messages.length; index++) {
-      const json = serializeMessage(next.messages[index]!)
+      const message = next.messages[index]!
+      const json = serializeMessage(message)
       const hash = rowHash(json)
       chain = extendMessagesHash(chain, hash)
-      rows.push({ seq: start + index, message_json: json, hash })
+      rows.push({ seq: start + index, message_json: json, hash, client_key: input.messageKey?.(message) ?? null })
     }
     if (chain !== next.messagesHash) {
       return rewritten("the stored history followed by the new messages does not hash to the next state's messagesHash")
@@ -121,7 +122,7 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
   const waitingJson = next.waiting === null ? null : canonicalJson(next.waiting)
 
   const transaction = Effect.gen(function*() {
-    let fresh: ReadonlyArray<MessageRow>
+    let fresh: ReadonlyArray<MessageRow & { readonly client_key: string | null }>
     let storedTurnId = ""
     let storedStart = 0
     const journalLength = next.segment.start + next.messages.length
@@ -153,17 +154,18 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
           segment_start = ${next.segment.start}
         WHERE conversation_id = ${conversationId}`
     }
-    if (next.segment.start !== storedStart) {
+    // A new segment, or a new conversation that starts forked: the boundary is recorded.
+    if (next.segment.start !== storedStart || (expectedVersion === 0 && next.segment.kind !== "origin")) {
       const segment = next.segment
       yield* sql`
-        INSERT INTO segments (conversation_id, start, kind, turn_id, summary_call_id, previous_start, replaced, kept, created_at_ms)
+        INSERT INTO segments (conversation_id, start, kind, turn_id, summary_call_id, source, previous_start, replaced, kept, created_at_ms)
         VALUES (${conversationId}, ${segment.start}, ${segment.kind}, ${segment.turnId}, ${segment.summaryCallId ?? null},
-          ${storedStart}, ${segment.replaced}, ${segment.kept}, ${now})`
+          ${segment.source ?? null}, ${storedStart}, ${segment.replaced}, ${segment.kept}, ${now})`
     }
     for (const row of fresh) {
       yield* sql`
-        INSERT INTO messages (conversation_id, seq, message_json, hash)
-        VALUES (${conversationId}, ${row.seq}, ${row.message_json}, ${row.hash})`
+        INSERT INTO messages (conversation_id, seq, message_json, hash, client_key)
+        VALUES (${conversationId}, ${row.seq}, ${row.message_json}, ${row.hash}, ${row.client_key})`
     }
     const recorded = yield* sql<{ input_id: string }>`
       INSERT INTO input_commits (conversation_id, input_id, committed_version, result_json, committed_at_ms)
@@ -291,12 +293,13 @@ export const segments = ({ sql }: StoreEnv) => Effect.fn("Store.segments")(funct
     kind: string
     turn_id: string
     summary_call_id: string | null
+    source: string | null
     previous_start: number
     replaced: number
     kept: number
     created_at_ms: number
   }>`
-    SELECT start, kind, turn_id, summary_call_id, previous_start, replaced, kept, created_at_ms
+    SELECT start, kind, turn_id, summary_call_id, source, previous_start, replaced, kept, created_at_ms
     FROM segments WHERE conversation_id = ${conversationId} ORDER BY start`.pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("segments")(e)))
   )
@@ -305,9 +308,39 @@ export const segments = ({ sql }: StoreEnv) => Effect.fn("Store.segments")(funct
     kind: row.kind,
     turnId: row.turn_id,
     summaryCallId: row.summary_call_id,
+    source: row.source,
     previousStart: Number(row.previous_start),
     replaced: Number(row.replaced),
     kept: Number(row.kept),
     createdAtMs: Number(row.created_at_ms)
   }))
+})
+
+/** How many conversations holding the first key are tried (a message repeated across many forks). */
+const HISTORY_CANDIDATES = 16
+
+export const findHistory = ({ sql }: StoreEnv) => Effect.fn("Store.findHistory")(function*(keys: ReadonlyArray<string>) {
+  if (keys.length === 0) return Option.none()
+  const read = Effect.gen(function*() {
+    const starts = yield* sql<{ conversation_id: string; seq: number }>`
+      SELECT conversation_id, seq FROM messages WHERE client_key = ${keys[0]!}
+      ORDER BY conversation_id, seq LIMIT ${HISTORY_CANDIDATES}`
+    for (const start of starts) {
+      const rows = yield* sql<MessageRow & { client_key: string | null }>`
+        SELECT seq, message_json, hash, client_key FROM messages
+        WHERE conversation_id = ${start.conversation_id} AND seq >= ${start.seq} AND seq < ${start.seq + keys.length}
+        ORDER BY seq`
+      if (rows.length === keys.length && rows.every((row, index) => row.client_key === keys[index])) {
+        return Option.some({ conversationId: start.conversation_id, seq: Number(start.seq), rows })
+      }
+    }
+    return Option.none()
+  })
+  const found = yield* sql.withTransaction(read).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findHistory")(e))))
+  if (Option.isNone(found)) return Option.none()
+  const { conversationId, rows, seq } = found.value
+  const history = decodeHistory(conversationId, rows, keys.length, seq)
+  // A row that does not verify is no history to seed from.
+  if (Either.isLeft(history)) return Option.none()
+  return Option.some({ conversationId, messages: history.right.messages })
 })

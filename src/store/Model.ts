@@ -7,6 +7,7 @@
 import { Schema } from "effect"
 import type { Effect, Option } from "effect"
 import { RequestMessages, Usage } from "../Llm.js"
+import type { Message } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 
 // =============================================================================
@@ -46,6 +47,8 @@ export interface SegmentRecord {
   readonly kind: string
   readonly turnId: string
   readonly summaryCallId: string | null
+  /** The conversation a forked segment was seeded from. */
+  readonly source: string | null
   /** Where the segment it replaced started. */
   readonly previousStart: number
   readonly replaced: number
@@ -143,6 +146,8 @@ export interface CommitInput {
   readonly clientOperations?: ReadonlyArray<PlannedOperation>
   /** A status change of an earlier model call made atomic with this commit (a Done's message and `committed`). */
   readonly llmCallUpdate?: LlmCallUpdate
+  /** The key a client knows each new message by (kept with its row, to find a forked chat's history). */
+  readonly messageKey?: (message: Message) => string
   /** An operation completed atomically with this commit (the ToolResult input that carries its result). */
   readonly operationCompletion?: { readonly operationId: string; readonly result: unknown }
 }
@@ -328,6 +333,14 @@ export interface StoreService {
   readonly listInFlight: () => Effect.Effect<InFlight, CorruptRow | StoreError>
   /** What the conversation's committed model calls cost, per turn and in all. */
   readonly costs: (conversationId: string) => Effect.Effect<ConversationCosts, StoreError>
+  /**
+   * Messages stored with these client keys, consecutive and in this order, in some
+   * conversation's journal (a forked chat's history): the messages and that conversation, or
+   * none. Each row is verified against its hash.
+   */
+  readonly findHistory: (
+    keys: ReadonlyArray<string>
+  ) => Effect.Effect<Option.Option<{ readonly conversationId: string; readonly messages: ReadonlyArray<Message> }>, StoreError>
   /** The segments a compaction or a rewind opened, oldest first (the origin segment has no record). */
   readonly segments: (conversationId: string) => Effect.Effect<ReadonlyArray<SegmentRecord>, StoreError>
   /** Appends one stream event to the optional diagnostics log (never read back into history). */

@@ -18,7 +18,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Either } from "effect"
-import { commitInput, findInputCommit, findTurnStarts, load, segments } from "./Conversations.js"
+import { commitInput, findHistory, findInputCommit, findTurnStarts, load, segments } from "./Conversations.js"
 import { makePartHashes, storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
 import { appendDiagnostic, costs, loadLlmCall, markLlmCall, saveLlmCall } from "./LlmCalls.js"
@@ -49,6 +49,7 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
     listInFlight: listInFlight(env),
     costs: costs(env),
     segments: segments(env),
+    findHistory: findHistory(env),
     appendDiagnostic: appendDiagnostic(env)
   } satisfies StoreService
 })

@@ -132,12 +132,16 @@ const callCosts = Effect.gen(function*() {
  * messages it replaced or kept. A model call's messages are the `message_count` messages from
  * its `segment_start`, or, for a summary call (the history plus an instruction, maybe with
  * stale tool output elided), a content-addressed part of their own (`messages_part_hash`).
+ * A message row may carry the key a client knows it by (`client_key`, Cursor's prompt-message
+ * blob id), so that a forked chat that names its history by those keys is seeded from it.
  */
 const segments = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   yield* sql`ALTER TABLE conversations ADD COLUMN segment_start INTEGER NOT NULL DEFAULT 0`
   yield* sql`ALTER TABLE llm_calls ADD COLUMN segment_start INTEGER NOT NULL DEFAULT 0`
   yield* sql`ALTER TABLE llm_calls ADD COLUMN messages_part_hash TEXT REFERENCES request_parts (hash)`
+  yield* sql`ALTER TABLE messages ADD COLUMN client_key TEXT`
+  yield* sql`CREATE INDEX messages_client_key ON messages (client_key) WHERE client_key IS NOT NULL`
   yield* sql`
     CREATE TABLE segments (
       conversation_id TEXT NOT NULL REFERENCES conversations (conversation_id),
@@ -145,6 +149,7 @@ const segments = Effect.gen(function*() {
       kind TEXT NOT NULL,
       turn_id TEXT NOT NULL,
       summary_call_id TEXT,
+      source TEXT,
       previous_start INTEGER NOT NULL,
       replaced INTEGER NOT NULL,
       kept INTEGER NOT NULL,

@@ -36,6 +36,7 @@ export const procedures: ReadonlyArray<Procedure & { readonly scope: Scope }> = 
     Startup.defaultModelRpc,
     Startup.defaultModelNudgeDataRpc,
     Startup.isConnectedRpc,
+    Startup.notifyConversationCloneRpc,
     Startup.serverTimeRpc,
     Startup.submitLogsRpc,
     Startup.trackEventsRpc,

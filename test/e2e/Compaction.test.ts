@@ -6,13 +6,18 @@
  * context meter. What the provider received is read back byte for byte: the summary call must
  * extend the conversation's last request (the provider's prefix cache serves it).
  */
-import { fromBinary } from "@bufbuild/protobuf"
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import * as Dialect from "../../src/Dialect.js"
-import { ConversationSummaryArchiveSchema, ConversationSummarySchema } from "../../src/gen/agent/v1/agent_pb.js"
+import {
+  ConversationSummaryArchiveSchema,
+  ConversationStateStructureSchema,
+  ConversationSummarySchema,
+  NotifyConversationCloneRequestSchema
+} from "../../src/gen/agent/v1/agent_pb.js"
 import type { ConversationStateStructure } from "../../src/gen/agent/v1/agent_pb.js"
 import * as AppHarness from "../support/AppHarness.js"
 import { LocalWorkspace, toHex } from "../support/CursorClient.js"
@@ -290,6 +295,44 @@ describe("Rewind end to end", () => {
       assertCleanOk(next)
       assert.include(app.provider.requests[3]!.body, "and the linter?")
       assert.strictEqual((yield* app.store.segments("conv-rewind").pipe(Effect.orDie)).length, 1)
+    }))
+})
+
+describe("Fork end to end", () => {
+  it.scoped("a new conversation id arriving with an earlier checkpoint (Fork Chat) is seeded from the stored history it names; unknown ids start afresh", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make()
+      const client = yield* clientFor(app, { turnTimeoutMs: 15_000 })
+      const { one, two } = yield* twoTurns(client, app, "conv-source")
+      // Cursor announces the clone first; it is acknowledged here (nothing to copy yet).
+      const notice = yield* Effect.promise(() =>
+        client.post(
+          "/agent.v1.AgentService/NotifyConversationClone",
+          toBinary(NotifyConversationCloneRequestSchema, create(NotifyConversationCloneRequestSchema, { conversationId: "conv-fork", sourceConversationId: "conv-source" }))
+        )
+      )
+      assert.strictEqual(notice.status, 200)
+      app.provider.enqueue(answer("Forked answer."))
+      const forked = yield* Effect.promise(() => client.run({ conversationId: "conv-fork", text: "fork: what about lint?", conversationState: lastCheckpoint(one) }))
+      assertCleanOk(forked)
+      const body = app.provider.requests[2]!.body
+      assert.include(body, "how is it built?")
+      assert.include(body, "The build uses esbuild.")
+      assert.notInclude(body, "and the tests?")
+      // The forked request starts with the source's first request byte for byte: its prefix cache serves the fork.
+      assertBodyExtends(app, 0, 2)
+      const segments = yield* app.store.segments("conv-fork").pipe(Effect.orDie)
+      assert.deepStrictEqual(segments.map((s) => [s.kind, s.source, s.kept]), [["fork", "conv-source", 2]])
+      // The source conversation is untouched.
+      assert.strictEqual((yield* AppHarness.messagesOf(app, "conv-source")).length, 4)
+      assert.strictEqual(lastCheckpoint(forked).rootPromptMessagesJson.length, 4)
+
+      // A checkpoint naming messages this server never stored: the chat starts afresh.
+      const foreign = create(ConversationStateStructureSchema, { ...lastCheckpoint(two), rootPromptMessagesJson: [new Uint8Array(32).fill(7)] })
+      app.provider.enqueue(answer("Fresh."))
+      const fresh = yield* Effect.promise(() => client.run({ conversationId: "conv-foreign", text: "hello there", conversationState: foreign }))
+      assertCleanOk(fresh)
+      assert.deepStrictEqual(bodyOf(app, 3).messages.filter((m) => m.role !== "system").length, 1)
     }))
 })
 

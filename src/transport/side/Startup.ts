@@ -5,7 +5,14 @@
  */
 import { create } from "@bufbuild/protobuf"
 import { Clock, Effect } from "effect"
-import { GetDefaultModelForCliRequestSchema, GetDefaultModelForCliResponseSchema, GetUsableModelsRequestSchema, GetUsableModelsResponseSchema } from "../../gen/agent/v1/agent_pb.js"
+import {
+  GetDefaultModelForCliRequestSchema,
+  GetDefaultModelForCliResponseSchema,
+  GetUsableModelsRequestSchema,
+  GetUsableModelsResponseSchema,
+  NotifyConversationCloneRequestSchema,
+  NotifyConversationCloneResponseSchema
+} from "../../gen/agent/v1/agent_pb.js"
 import {
   AvailableModelsRequestSchema,
   AvailableModelsResponseSchema,
@@ -67,6 +74,18 @@ export const serverTimeRpc = unary("/aiserver.v1.AiService/ServerTime", ServerTi
  */
 export const isConnectedRpc = unary("/aiserver.v1.NetworkService/IsConnected", IsConnectedRequestSchema, IsConnectedResponseSchema, () =>
   Effect.succeed(create(IsConnectedResponseSchema)))
+
+/**
+ * A forked chat: nothing to do here. The fork's first run request names the history it was
+ * cloned with (its checkpoint's prompt-message ids), and the runner seeds the new conversation
+ * from the stored messages with those ids, whichever conversation holds them.
+ */
+export const notifyConversationCloneRpc = unary(
+  "/agent.v1.AgentService/NotifyConversationClone",
+  NotifyConversationCloneRequestSchema,
+  NotifyConversationCloneResponseSchema,
+  () => Effect.succeed(create(NotifyConversationCloneResponseSchema))
+)
 
 export const submitLogsRpc = sink("/aiserver.v1.AnalyticsService/SubmitLogs", SubmitLogsResponseSchema)
 export const trackEventsRpc = sink("/aiserver.v1.AnalyticsService/TrackEvents", TrackEventsResponseSchema)
