@@ -26,7 +26,7 @@ export const turnUsageOf = (state: ConversationState): Usage => {
 /**
  * How the state's current turn ended, when it is over, from what is committed: the status says
  * final, failed or canceled. A final turn's answer is its last assistant message, cut off
- * (`length`) when that message stopped at the output limit. A failure's error and a cancel's
+ * (`length`) when that message stopped at the output limit (none for a turn that only summarized). A failure's error and a cancel's
  * reason are what the turn's last model call recorded when it ended the turn (a provider error,
  * a cancel or abort while it streamed); a turn that failed or was canceled otherwise (the
  * per-turn call limit, a cancel while a tool ran) recorded no text, and gets a plain one.
@@ -39,7 +39,8 @@ export const endedOutcome = (state: ConversationState, lastCall: LlmCallRecord |
     case "final": {
       let answer: AssistantMessage | undefined
       for (const message of state.messages.slice(state.turnStart)) if (message.role === "assistant") answer = message
-      if (answer === undefined) return undefined
+      // A turn that only summarized has no answer.
+      if (answer === undefined) return Command.Final({ message: null, reason: "stop" })
       return Command.Final({ message: answer, reason: answer.stopReason === "length" ? "length" : "stop" })
     }
     case "failed":
