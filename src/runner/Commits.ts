@@ -29,7 +29,7 @@ export const commitOf = (options: RunnerOptions, conversationId: string, inputId
     }
     : undefined
   const clientOperations = command._tag === "CallClient" ? [plannedOperation(options, conversationId, next, command)] : undefined
-  const llmCallUpdate = llmCallUpdateOf(options, before, input)
+  const llmCallUpdate = llmCallUpdateOf(options, before, input, command)
   const operationCompletion = input._tag === "ToolResult" ? operationCompletionOf(before, input.message) : undefined
   return {
     conversationId,
@@ -73,7 +73,7 @@ export const derivedInputId = (state: ConversationState, input: Input): string =
     : `${state.turnId}:${input._tag}:${state.messages.length}`
 
 /** The status a model call reaches with this input, if it settles one. */
-const llmCallUpdateOf = (options: RunnerOptions, before: ConversationState, input: Input): LlmCallUpdate | undefined => {
+const llmCallUpdateOf = (options: RunnerOptions, before: ConversationState, input: Input, command: Command): LlmCallUpdate | undefined => {
   const active = before.activeCallId
   if (active === null || before.status !== "waitingLlm") return undefined
   if (input._tag === "LlmEvent" && input.callId === active) {
@@ -83,7 +83,9 @@ const llmCallUpdateOf = (options: RunnerOptions, before: ConversationState, inpu
       return { callId: active, status: "committed", assistantHash: messageHash(message), usage: message.usage, ...(costUsd === undefined ? {} : { costUsd }) }
     }
     if (input.event._tag === "Error") {
-      return { callId: active, status: input.event.reason === "aborted" ? "canceled" : "failed", error: input.event.message }
+      // The turn's own words when it failed here (a failed summary says so), so a restarted process tells the same.
+      const error = command._tag === "Failed" ? command.error : input.event.message
+      return { callId: active, status: input.event.reason === "aborted" ? "canceled" : "failed", error }
     }
     return undefined
   }

@@ -225,14 +225,14 @@ describe("routing lists", () => {
     }
   })
 
-  it("telemetry and the model calls are local; the statsig, auth and dashboard calls are the account's", () => {
-    for (const path of ["/aiserver.v1.AiService/AvailableModels", "/aiserver.v1.ServerConfigService/GetServerConfig", "/agent.v1.AgentService/GetDefaultModelForCli", "/aiserver.v1.NetworkService/IsConnected", "/aiserver.v1.AnalyticsService/SubmitLogs", "/aiserver.v1.AnalyticsService/TrackEvents", "/v1/traces"]) {
+  it("telemetry, the model calls and the clone notice are local; the statsig, auth and dashboard calls are the account's", () => {
+    for (const path of ["/aiserver.v1.AiService/AvailableModels", "/aiserver.v1.ServerConfigService/GetServerConfig", "/agent.v1.AgentService/GetDefaultModelForCli", "/aiserver.v1.NetworkService/IsConnected", "/agent.v1.AgentService/NotifyConversationClone", "/aiserver.v1.AnalyticsService/SubmitLogs", "/aiserver.v1.AnalyticsService/TrackEvents", "/v1/traces"]) {
       assert.include(SideRpcs.localProcedures, path)
     }
     for (const path of ["/aiserver.v1.AnalyticsService/BootstrapStatsig", "/aiserver.v1.AnalyticsService/GetFirstWindowStatsigDecision", "/aiserver.v1.AuthService/GetEmail", "/aiserver.v1.DashboardService/GetMe", "/auth/full_stripe_profile", "/auth/stripe_profile"]) {
       assert.include(SideRpcs.accountProcedures, path)
     }
-    assert.strictEqual(SideRpcs.localProcedures.length, 14)
+    assert.strictEqual(SideRpcs.localProcedures.length, 15)
     assert.strictEqual(SideRpcs.accountProcedures.length, 13)
   })
 })
