@@ -9,12 +9,14 @@ import * as Cost from "./cost.js"
 import * as Latency from "./latency.js"
 import * as Memory from "./memory.js"
 import * as Proxy from "./proxy.js"
+import * as Segments from "./segments.js"
 import * as Sse from "./sse.js"
 import * as Store from "./store.js"
 import * as Throughput from "./throughput.js"
 
 const benches: Record<string, () => Promise<string>> = {
   store: async () => (await Store.run({ print: false })).markdown,
+  segments: async () => (await Segments.run()).markdown,
   sse: async () => (await Effect.runPromise(Sse.run())).markdown,
   latency: async () => (await Latency.run()).markdown,
   throughput: async () => (await Throughput.run()).markdown,

@@ -79,7 +79,7 @@ const tools: ReadonlyArray<ToolDefinition> = Array.from({ length: 12 }, (_, i) =
 }))
 
 /** A shared pool of messages and their chained hashes, so states of any length cost nothing to build. */
-const makePool = (size: number) => {
+export const makePool = (size: number) => {
   const messages: Array<Message> = []
   const chain: Array<string> = [emptyMessagesHash]
   for (let i = 0; i < size; i++) {
@@ -90,7 +90,7 @@ const makePool = (size: number) => {
   return { messages, chain }
 }
 
-const stateOf = (pool: ReturnType<typeof makePool>, conversationId: string, length: number): ConversationState => ({
+export const stateOf = (pool: ReturnType<typeof makePool>, conversationId: string, length: number): ConversationState => ({
   ...initialConversation(conversationId),
   status: "waitingLlm",
   turnSeq: 1,
@@ -106,7 +106,7 @@ const stateOf = (pool: ReturnType<typeof makePool>, conversationId: string, leng
 // One run
 // =============================================================================
 
-const median = (values: ReadonlyArray<number>): number => {
+export const median = (values: ReadonlyArray<number>): number => {
   const sorted = [...values].sort((a, b) => a - b)
   const middle = sorted.length >> 1
   return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
