@@ -41,6 +41,26 @@ export interface PlannedLlmCall {
   readonly detached: boolean
 }
 
+/** A model call as the operator reads it (`Store.callsOf`); the shape the prefix diagnostics compare. */
+export interface CallInsight {
+  readonly callId: string
+  readonly turnId: string
+  readonly model: string
+  readonly status: string
+  readonly systemPromptHash: string
+  readonly toolsHash: string
+  readonly segmentStart: number
+  readonly messageCount: number
+  /** A summary call (its messages stored whole). */
+  readonly detached: boolean
+  readonly usage: Usage | null
+  readonly costUsd: number | null
+  readonly error: string | null
+  readonly createdAtMs: number
+  /** When it last changed status (committed, failed...). */
+  readonly updatedAtMs: number
+}
+
 /** A segment of a conversation's history as recorded when it opened (see `Loop.Segment`). */
 export interface SegmentRecord {
   readonly start: number
@@ -341,6 +361,8 @@ export interface StoreService {
   readonly findHistory: (
     keys: ReadonlyArray<string>
   ) => Effect.Effect<Option.Option<{ readonly conversationId: string; readonly messages: ReadonlyArray<Message> }>, StoreError>
+  /** The conversation's model calls in the order they were made, as the operator reads them. */
+  readonly callsOf: (conversationId: string) => Effect.Effect<ReadonlyArray<CallInsight>, StoreError>
   /** The segments a compaction or a rewind opened, oldest first (the origin segment has no record). */
   readonly segments: (conversationId: string) => Effect.Effect<ReadonlyArray<SegmentRecord>, StoreError>
   /** Appends one stream event to the optional diagnostics log (never read back into history). */

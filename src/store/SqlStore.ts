@@ -21,6 +21,7 @@ import { Effect, Either } from "effect"
 import { commitInput, findHistory, findInputCommit, findTurnStarts, load, segments } from "./Conversations.js"
 import { makePartHashes, storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
+import { callsOf } from "./Insights.js"
 import { appendDiagnostic, costs, loadLlmCall, markLlmCall, saveLlmCall } from "./LlmCalls.js"
 import type { InFlight, LlmCallRecord, OperationRecord, StoreService } from "./Model.js"
 import { cancelOperation, completeOperation, loadOperation, markOperationSent, saveOperations } from "./Operations.js"
@@ -49,6 +50,7 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
     listInFlight: listInFlight(env),
     costs: costs(env),
     segments: segments(env),
+    callsOf: callsOf(env),
     findHistory: findHistory(env),
     appendDiagnostic: appendDiagnostic(env)
   } satisfies StoreService
