@@ -225,7 +225,8 @@ const beginTurn = (
 ): ConversationState => {
   const closed = isBusy(state.committed) ? closeTurn(state.committed, SUPERSEDED_RESULT) : state.committed
   const turnSeq = closed.turnSeq + 1
-  const next = { ...closed, turnSeq, turnId: turnIdOf(closed.conversationId, turnSeq), settings, llmCallSeq: 0 }
+  // A new turn may compact again (a guard left by a failed turn would otherwise fail every later turn).
+  const next = { ...closed, turnSeq, turnId: turnIdOf(closed.conversationId, turnSeq), settings, llmCallSeq: 0, compactGuard: false }
   const turn = closed.turnSeq === 0 ? seedFrom(policy, next, clientHistory) : rewindTo(policy, next, clientHistory)
   return { ...turn, turnStart: turn.messages.length }
 }

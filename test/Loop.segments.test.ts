@@ -290,6 +290,17 @@ describe("Loop: a context overflow", () => {
     assert.strictEqual(expectTag(failed.command, "Failed").error, "still too long")
   })
 
+  it("a turn that failed after its compaction does not keep later turns from compacting", () => {
+    const d = driver(policyWith(knobs(10_000)))
+    d.turn("first question", "first answer")
+    expectTag(d.feed(Input.Start({ message: user("second"), context: [], settings })).command, "CallLlm")
+    d.fail({ reason: "error", message: "too long", retryable: false, code: "contextOverflow" })
+    d.fail({ reason: "error", message: "summary refused", retryable: false })
+    expectTag(d.feed(Input.Start({ message: user("third"), context: [], settings })).command, "CallLlm")
+    const t = d.fail({ reason: "error", message: "too long", retryable: false, code: "contextOverflow" })
+    assert.strictEqual(expectTag(t.command, "CallLlm").purpose, "summary")
+  })
+
   it("an overflow whose summary fails says both", () => {
     const d = driver(policyWith(knobs(10_000)))
     d.turn("first question", "first answer")
