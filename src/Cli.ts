@@ -13,7 +13,8 @@ import * as Setup from "./hookup/Setup.js"
 import * as Server from "./Server.js"
 
 const serveProgram = Effect.gen(function*() {
-  const config = yield* Config.load
+  const source = yield* Config.locate
+  const config = yield* Config.loadFrom(source)
   for (const notice of config.notices) yield* Effect.logWarning(notice)
   yield* Effect.logInfo(
     `cursor-byok: ${config.models.length} models (${config.models.map((m) => m.id).join(", ") || "none"}), database ${config.database}, ` +
@@ -22,7 +23,8 @@ const serveProgram = Effect.gen(function*() {
       (config.http2.tls === undefined ? "" : `, Run (TLS, h2) on https://${config.host}:${config.http2.tls.port}`) +
       (config.proxy.port === undefined ? "" : `, proxy for Cursor on http://${config.host}:${config.proxy.port}${config.proxy.offline ? " (offline)" : ""}`)
   )
-  return yield* Layer.launch(Server.layer(config))
+  // The file is watched: a valid change of the models, providers, aliases, prices, limits or timings applies without a restart.
+  return yield* Layer.launch(Server.layer(config, source))
 })
 
 const settingsOption = Options.file("settings").pipe(

@@ -357,22 +357,46 @@ export const validate = (config: ServerConfig, env: Readonly<Record<string, stri
     return config
   })
 
-/** Loads the configuration: the file if any, the environment, validated. */
-export const load: Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSystem> = Effect.gen(function*() {
+/**
+ * Where the configuration comes from: the file (`BYOK_CONFIG`, else `./byok.config.json`,
+ * which may not exist) and the environment read once at start-up. A reload reads the same path
+ * with the same environment.
+ */
+export interface ConfigSource {
+  readonly path: string
+  /** Named by `BYOK_CONFIG` (then it must exist), rather than the default path. */
+  readonly explicit: boolean
+  readonly env: Readonly<Record<string, string | undefined>>
+}
+
+/** Finds the configuration file and takes the environment; a `BYOK_CONFIG` naming no file is an error. */
+export const locate: Effect.Effect<ConfigSource, ConfigError, FileSystem.FileSystem> = Effect.gen(function*() {
   const fs = yield* FileSystem.FileSystem
   const explicit = yield* Config.option(Config.string("BYOK_CONFIG")).pipe(Effect.orElseSucceed(() => Option.none<string>()))
   const path = Option.getOrElse(explicit, () => "./byok.config.json")
-  const exists = yield* fs.exists(path).pipe(Effect.orElseSucceed(() => false))
-  if (Option.isSome(explicit) && !exists) return yield* new ConfigError({ message: `BYOK_CONFIG names ${path}, which does not exist` })
-  const file = exists
-    ? yield* fs.readFileString(path).pipe(
-      Effect.mapError((cause) => new ConfigError({ message: `cannot read ${path}: ${cause.message}` })),
-      Effect.flatMap((text) => decodeFile(path, text))
-    )
-    : Schema.decodeSync(FileConfig)({})
-  const env = yield* environment
-  return yield* validate(resolve(file, env), env)
+  if (Option.isSome(explicit) && !(yield* fs.exists(path).pipe(Effect.orElseSucceed(() => false)))) {
+    return yield* new ConfigError({ message: `BYOK_CONFIG names ${path}, which does not exist` })
+  }
+  return { path, explicit: Option.isSome(explicit), env: yield* environment }
 })
+
+/** Reads and decodes the source's file (the defaults when it does not exist), then resolves and validates it. */
+export const loadFrom = (source: ConfigSource): Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSystem> =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const exists = yield* fs.exists(source.path).pipe(Effect.orElseSucceed(() => false))
+    if (source.explicit && !exists) return yield* new ConfigError({ message: `${source.path} does not exist` })
+    const file = exists
+      ? yield* fs.readFileString(source.path).pipe(
+        Effect.mapError((cause) => new ConfigError({ message: `cannot read ${source.path}: ${cause.message}` })),
+        Effect.flatMap((text) => decodeFile(source.path, text))
+      )
+      : Schema.decodeSync(FileConfig)({})
+    return yield* validate(resolve(file, source.env), source.env)
+  })
+
+/** Loads the configuration: the file if any, the environment, validated. */
+export const load: Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSystem> = Effect.flatMap(locate, loadFrom)
 
 export const layer: Layer.Layer<AppConfig, ConfigError, FileSystem.FileSystem> = Layer.effect(AppConfig, load)
 

@@ -20,6 +20,7 @@ export const llmFallbacks = Metric.counter("byok_llm_fallbacks_total", { descrip
 export const costUsd = Metric.counter("byok_cost_usd_total", { description: "What the committed model calls cost, in USD (from the configured prices), by model" })
 export const compactions = Metric.counter("byok_compactions_total", { description: "Compactions of a conversation's history, by outcome (started, completed, failed, skipped)", incremental: true })
 export const rewinds = Metric.counter("byok_rewinds_total", { description: "Turns that rewound the history to what the client kept", incremental: true })
+export const configReloads = Metric.counter("byok_config_reloads_total", { description: "Changes of the configuration file, by outcome (applied, refused)", incremental: true })
 export const toolCalls = Metric.counter("byok_tool_calls_total", { description: "Tool calls dispatched to the client", incremental: true })
 export const tokens = Metric.counter("byok_tokens_total", { description: "Tokens reported by providers, by kind", incremental: true })
 export const timeToFirstDelta = Metric.histogram(

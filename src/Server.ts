@@ -1,18 +1,22 @@
 /**
  * The whole server as one layer, from a resolved configuration: the SQLite store, the model
  * router over an HTTP client, the runner, Cursor's transport and side RPCs, on a Node HTTP
- * server. `main.ts` launches it; end-to-end tests build it with their own configuration, HTTP
- * client and port.
+ * server. `main.ts` launches it with the configuration file watched (`config/Live.ts`: the
+ * running configuration, which a valid change replaces); end-to-end tests build it with their
+ * own configuration, HTTP client and port.
  */
 import { HttpLayerRouter, HttpMiddleware } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import { Effect, Layer } from "effect"
 import { createServer } from "node:http"
-import type { ServerConfig } from "./Config.js"
+import type { ConfigSource, ServerConfig } from "./Config.js"
+import * as Live from "./config/Live.js"
+import { LiveConfig } from "./config/Live.js"
 import type { ToolCall, ToolResultMessage } from "./Llm.js"
 import * as Dialect from "./Dialect.js"
 import * as FaultInjection from "./FaultInjection.js"
 import * as Hookup from "./Hookup.js"
+import type { CompactionPolicy } from "./loop/Segments.js"
 import * as Router from "./llm/Router.js"
 import * as Metrics from "./Metrics.js"
 import * as Prompt from "./Prompt.js"
@@ -62,18 +66,50 @@ export const makeHttpServer = () => {
   return server
 }
 
-export const transportOptions = (config: ServerConfig): Transport.TransportOptions => ({
+/*
+ * The options below read the running configuration (`LiveConfig`) at each use, through getters
+ * and lookups: the transport and the runner read them when a request, a stream, a model call or
+ * a checkpoint needs them, so a reload applies to what comes next without rebuilding anything.
+ */
+
+/** The turn sessions' options: limits and timings as the running configuration has them at each use. */
+export const transportOptions = (current: () => ServerConfig): Transport.TransportOptions => ({
   ...Transport.defaultTransportOptions,
-  heartbeatMs: config.heartbeatMs,
-  orphanTimeoutMs: config.orphanTimeoutMs,
-  blobAckTimeoutMs: config.blobAckTimeoutMs,
-  queuedMessageGraceMs: config.queuedMessageGraceMs,
-  bidiAppendMaxBytes: config.limits.bidiAppendBytes,
-  runSseMaxBytes: config.limits.runSseRequestBytes,
-  appendWindow: config.limits.appendWindow,
-  contextWindowOf: (model) => Router.modelOf(config.router, model)?.contextWindow ?? 200_000
+  get heartbeatMs() { return current().heartbeatMs },
+  get orphanTimeoutMs() { return current().orphanTimeoutMs },
+  get blobAckTimeoutMs() { return current().blobAckTimeoutMs },
+  get queuedMessageGraceMs() { return current().queuedMessageGraceMs },
+  get bidiAppendMaxBytes() { return current().limits.bidiAppendBytes },
+  get runSseMaxBytes() { return current().limits.runSseRequestBytes },
+  get appendWindow() { return current().limits.appendWindow },
+  contextWindowOf: (model) => Router.modelOf(current().router, model)?.contextWindow ?? 200_000
 })
 
+/** The loop's compaction knobs, from the running configuration at each use. */
+const compactionPolicy = (current: () => ServerConfig): CompactionPolicy => ({
+  get auto() { return current().compaction.auto },
+  get threshold() { return current().compaction.threshold },
+  get tailShare() { return current().compaction.tailShare },
+  get summaryMaxTokens() { return current().compaction.summaryMaxTokens },
+  get elideToolResultChars() { return current().compaction.elideToolResultChars },
+  contextWindowOf: (model) => Router.modelOf(current().router, model)?.contextWindow
+})
+
+/** The runner's options: the loop's policy and the prices, from the running configuration at each use. */
+const runnerOptions = (current: () => ServerConfig): Runner.RunnerOptions => ({
+  policy: {
+    ...Prompt.policy(current().maxLlmCallsPerTurn),
+    get maxLlmCallsPerTurn() { return current().maxLlmCallsPerTurn },
+    compaction: compactionPolicy(current),
+    promptIdOf: Dialect.promptIdOf
+  },
+  classifyTool,
+  interruptedResult,
+  // The price table when the answer is committed (a price changed while the call streamed applies to it).
+  costOf: (model, message) => Router.answerCost(current().router, model, message)
+})
+
+/** What Cursor's model lists show: the running configuration's models. */
 const catalogue = (config: ServerConfig): SideRpcs.CatalogueOptions => ({
   models: config.models.map((model) => ({
     id: model.id,
@@ -98,26 +134,16 @@ const Recovery = Layer.effectDiscard(Effect.gen(function*() {
   }
 }))
 
-/**
- * Everything but the listening socket and the outbound HTTP client: the application on an
- * `HttpServer` and an `HttpClient` the caller provides.
- */
-export const layerApp = (config: ServerConfig) => {
-  const core = Runner.layer({
-    policy: {
-      ...Prompt.policy(config.maxLlmCallsPerTurn),
-      compaction: { ...config.compaction, contextWindowOf: (model) => Router.modelOf(config.router, model)?.contextWindow },
-      promptIdOf: Dialect.promptIdOf
-    },
-    classifyTool,
-    interruptedResult,
-    costOf: (model, message) => Router.answerCost(config.router, model, message)
-  }).pipe(
-    Layer.provideMerge(Transport.layerSessions(transportOptions(config))),
-    Layer.provideMerge(FaultInjection.wrapStore(Store.layerSqlite({ filename: config.database }), config.faults)),
-    Layer.provideMerge(Router.layer(config.router))
-  )
-  const routes = Layer.mergeAll(Transport.layerRoutes, SideRpcs.layerRoutes(catalogue(config)), Metrics.layerRoutes)
+/** Everything that reads the configuration, on the running configuration `LiveConfig` holds. */
+const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string, faults: ServerConfig["faults"]) => {
+  const core = Layer.unwrapEffect(Effect.map(LiveConfig, ({ current }) =>
+    Runner.layer(runnerOptions(current)).pipe(
+      Layer.provideMerge(Transport.layerSessions(transportOptions(current))),
+      Layer.provideMerge(FaultInjection.wrapStore(Store.layerSqlite({ filename: database }), faults)),
+      Layer.provideMerge(Router.layerLive(() => current().router))
+    )))
+  const sideRoutes = Layer.unwrapEffect(Effect.map(LiveConfig, ({ current }) => SideRpcs.layerRoutes(() => catalogue(current()))))
+  const routes = Layer.mergeAll(Transport.layerRoutes, sideRoutes, Metrics.layerRoutes)
   // No span per request: nothing exports traces, and the span (URL parsing, header redaction,
   // attributes) was ~60 µs of every request's ~250 µs in the HTTP layer (measured on /healthz).
   const http = HttpMiddleware.withTracerDisabledWhen(HttpLayerRouter.serve(routes, { disableLogger: true }), () => true)
@@ -125,6 +151,7 @@ export const layerApp = (config: ServerConfig) => {
     Layer.provide(Recovery),
     Layer.provideMerge(Transport.layer),
     Layer.provideMerge(core),
+    Layer.provideMerge(live),
     // No spans anywhere (nothing exports traces): every SQL statement, transaction and outbound
     // HTTP call made a span, with its attributes, per use.
     Layer.provide(Layer.setTracerEnabled(false))
@@ -132,12 +159,26 @@ export const layerApp = (config: ServerConfig) => {
 }
 
 /**
+ * Everything but the listening socket and the outbound HTTP client: the application on an
+ * `HttpServer` and an `HttpClient` the caller provides, on a configuration that never changes.
+ */
+export const layerApp = (config: ServerConfig) => layerAppOn(Live.layerFixed(config), config.database, config.faults)
+
+/**
+ * The same, on the configuration read from `source` and reloaded when its file changes (the
+ * models, providers, aliases, prices, limits and timings apply to what comes next; the
+ * listeners, the database, the CA's home and the proxy need a restart). Requires a `FileSystem`.
+ */
+export const layerAppWatched = (config: ServerConfig, source: ConfigSource) =>
+  layerAppOn(Live.layerWatched(config, source), config.database, config.faults)
+
+/**
  * The server listening on the configured host and port (HTTP/1.1: RunSSE, BidiAppend, side
  * RPCs), on its HTTP/2 ports (`Run`), and on the proxy port Cursor is pointed at, calling
  * providers through undici. The CA is made on first use when the proxy or the TLS listener
  * needs it.
  */
-export const layer = (config: ServerConfig) =>
+export const layer = (config: ServerConfig, source?: ConfigSource) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     const authority = Hookup.needsCa(config) ? yield* Hookup.authorityFor(config) : undefined
     const tls = yield* Hookup.listenerTls(config, authority)
@@ -149,7 +190,7 @@ export const layer = (config: ServerConfig) =>
       ? Layer.succeed(Hookup.Proxy.ProxyEndpoint, { port: undefined })
       : Hookup.layerProxy(config, authority, dispatch).pipe(Layer.provide(listeners))
     return Layer.merge(proxy, listeners).pipe(
-      Layer.provideMerge(layerApp(config)),
+      Layer.provideMerge(source === undefined ? layerApp(config) : layerAppWatched(config, source)),
       Layer.provideMerge(NodeHttpServer.layer(() => httpServer, listenOptions(config.port, config.host))),
       Layer.provide(NodeHttpClient.layerUndici)
     )

@@ -196,11 +196,14 @@ export const retryDelay = (error: LlmError, retry: number, settings: RetrySettin
 /**
  * The full call: attempts until one yields an event beyond `Start`, then streams the rest of that
  * attempt. Failures before that point are retried when retryable; failures after it end the stream.
+ * Each retry is one log line (info) with the provider, the attempt that failed, its error and the
+ * delay, annotated with `annotations` (the router's: conversation, call id, model).
  */
 export const streamWithRetry = (
   client: HttpClient.HttpClient,
   request: ProviderRequest,
-  settings: RetrySettings
+  settings: RetrySettings,
+  annotations: Readonly<Record<string, unknown>> = {}
 ): Stream.Stream<ResponseEvent, LlmError> =>
   Stream.unwrapScoped(
     Effect.gen(function*() {
@@ -228,8 +231,19 @@ export const streamWithRetry = (
         yield* Scope.close(scope, Exit.void)
         if (!error.retryable || retry >= settings.maxRetries) return yield* error
         const delay = yield* retryDelay(error, retry, settings)
-        yield* Effect.logDebug(`retrying ${request.provider} after ${error.reason}`).pipe(
-          Effect.annotateLogs({ attempt: retry + 1, delayMs: delay })
+        yield* Effect.logInfo(
+          `model call: ${request.provider} attempt ${retry + 1} failed before answering (${error.reason}: ${error.message}); retrying in ${delay} ms`
+        ).pipe(
+          Effect.annotateLogs({
+            ...annotations,
+            provider: request.provider,
+            attempt: retry + 1,
+            maxRetries: settings.maxRetries,
+            reason: error.reason,
+            error: error.message,
+            ...(error.status === undefined ? {} : { status: error.status }),
+            delayMs: delay
+          })
         )
         yield* Metric.increment(Metrics.llmRetries)
         yield* Effect.sleep(Duration.millis(delay))

@@ -223,23 +223,35 @@ export const withoutImages = (request: RequestMessages, model: string): RequestM
   }
 }
 
-/** Builds the `Llm` service from a configuration value and an `HttpClient`. */
-export const make = Effect.fn("Router.make")(function*(config: RouterConfig) {
+/** The conversation and call a model call belongs to, for its log lines (`<conversation>/t<n>/c<n>`). */
+export const callAnnotations = (callId: string): Record<string, string> => ({
+  conversationId: callId.replace(/\/t\d+\/c\d+$/, ""),
+  callId
+})
+
+/**
+ * Builds the `Llm` service over an `HttpClient` from the configuration `current` returns. Each
+ * call reads it once, when it starts: its targets, fallbacks and retry policy stay those for
+ * the whole call, while a call started after the configuration changed sees the new table.
+ */
+export const makeLive = Effect.fn("Router.makeLive")(function*(current: () => RouterConfig) {
   const client = yield* HttpClient.HttpClient
-  const retry: RetrySettings = config.retry ?? defaultRetrySettings
   const stream = (request: RequestMessages, options: StreamOptions) =>
     Stream.suspend(() => {
+      const config = current()
+      const retry: RetrySettings = config.retry ?? defaultRetrySettings
       const targets = resolveTargets(config, options.model, options.maxOutputTokens, promptCacheKeyOf(options.callId))
       if (targets.length === 0) {
         return Stream.fail(llmError("notConfigured", `no provider configured for model ${options.model}`))
       }
+      const annotations = { ...callAnnotations(options.callId), model: options.model }
       // No Stream.withSpan here: it sets the fiber's context on every pull (~17 µs per network
       // read, measured), and nothing exports traces; the runner's logs carry the call id.
       const attempt = (index: number): Stream.Stream<ResponseEvent, LlmError> => {
         const target = targets[index]!
         const sent = target.acceptsImages ? request : withoutImages(request, options.model)
         let emitted = false
-        return streamWithRetry(client, target.adapter.prepare(sent, target.settings), retry).pipe(
+        return streamWithRetry(client, target.adapter.prepare(sent, target.settings), retry, { ...annotations, upstreamModel: target.settings.model }).pipe(
           Stream.mapChunks((chunk) => {
             emitted = true
             return chunk
@@ -248,10 +260,20 @@ export const make = Effect.fn("Router.make")(function*(config: RouterConfig) {
           Stream.catchAll((error) => {
             const next = targets[index + 1]
             if (emitted || next === undefined || error.reason === "aborted") return Stream.fail(error)
+            const from = `${target.settings.provider}/${target.settings.model}`
+            const to = `${next.settings.provider}/${next.settings.model}`
             return Stream.fromEffect(Effect.gen(function*() {
               yield* Effect.logWarning(
-                `model ${options.model}: ${target.settings.provider}/${target.settings.model} failed before answering (${error.reason}: ${error.message}); falling back to ${next.settings.provider}/${next.settings.model}`
-              )
+                `model ${options.model}: ${from} failed before answering (${error.reason}: ${error.message}); falling back to ${to}`
+              ).pipe(Effect.annotateLogs({
+                ...annotations,
+                from,
+                to,
+                fallback: index + 1,
+                reason: error.reason,
+                error: error.message,
+                ...(error.status === undefined ? {} : { status: error.status })
+              }))
               yield* Metric.increment(Metric.tagged(Metrics.llmFallbacks, "model", options.model))
             })).pipe(Stream.drain, Stream.concat(attempt(index + 1)))
           })
@@ -262,5 +284,11 @@ export const make = Effect.fn("Router.make")(function*(config: RouterConfig) {
   return Llm.of({ stream })
 })
 
+/** Builds the `Llm` service from a configuration value and an `HttpClient`. */
+export const make = (config: RouterConfig) => makeLive(() => config)
+
 /** The `Llm` layer for a configuration value (requires an `HttpClient`). */
 export const layer = (config: RouterConfig): Layer.Layer<Llm, never, HttpClient.HttpClient> => Layer.effect(Llm, make(config))
+
+/** The `Llm` layer over a changing configuration, read when each call starts (requires an `HttpClient`). */
+export const layerLive = (current: () => RouterConfig): Layer.Layer<Llm, never, HttpClient.HttpClient> => Layer.effect(Llm, makeLive(current))

@@ -9,7 +9,7 @@
  * when the user has a Cursor account (telemetry stays on this machine, for privacy); `account`
  * rows only in offline mode, otherwise the real Cursor answers them.
  */
-import { HttpLayerRouter, HttpServerResponse } from "@effect/platform"
+import { HttpLayerRouter, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { ConnectError } from "./Connect.js"
 import { accountRpcs, stripeProfileRpcs } from "./side/Account.js"
@@ -58,11 +58,18 @@ export const localProcedures: ReadonlyArray<Path> = pathsOf("local")
 /** Answered locally only in offline mode; otherwise the real Cursor answers. */
 export const accountProcedures: ReadonlyArray<Path> = pathsOf("account")
 
-export const layerRoutes = (options: CatalogueOptions): Layer.Layer<never, never, HttpLayerRouter.HttpRouter> =>
+/**
+ * The side routes over a catalogue: a value, or a function read at each request (the running
+ * configuration's, which a reload replaces).
+ */
+export const layerRoutes = (options: CatalogueOptions | (() => CatalogueOptions)): Layer.Layer<never, never, HttpLayerRouter.HttpRouter> =>
   HttpLayerRouter.use((router) =>
     Effect.gen(function*() {
       for (const procedure of procedures) {
-        yield* router.add(procedure.method, procedure.path, procedure.handle(options))
+        const handler = typeof options === "function"
+          ? (request: HttpServerRequest.HttpServerRequest) => Effect.suspend(() => procedure.handle(options())(request))
+          : procedure.handle(options)
+        yield* router.add(procedure.method, procedure.path, handler)
       }
       yield* router.add("GET", "/healthz", HttpServerResponse.unsafeJson({ status: "ok" }))
       yield* router.add("*", "/*", (request) =>

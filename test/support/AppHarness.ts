@@ -14,15 +14,19 @@
  * - `fake-model`   openai-chat, upstream `fake-upstream`
  * - `fake-claude`  anthropic, upstream `claude-fake`, thinking with a 1024-token budget
  * - `fake-gemini`  gemini, upstream `gemini-fake`
+ *
+ * With `watchConfig`, the configuration is written to a file (`configPath`) and read from it by
+ * `Config.loadFrom`, as `serve` reads it, and the file is watched: `writeConfig` changes it.
  */
 import { HttpServer } from "@effect/platform"
 import { NodeContext, NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Context, Effect, Exit, FiberRef, Layer, LogLevel, Option, Schema, Scope } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
+import { Context, Effect, Exit, FiberRef, Layer, Logger, LogLevel, Option, Schema, Scope } from "effect"
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import * as Config from "../../src/Config.js"
 import type { ServerConfig } from "../../src/Config.js"
+import * as Live from "../../src/config/Live.js"
 import * as Hookup from "../../src/Hookup.js"
 import type { Message } from "../../src/Llm.js"
 import * as Runner from "../../src/Runner.js"
@@ -71,6 +75,10 @@ export interface AppHarnessOptions {
   readonly provider?: FakeProvider.FakeProvider
   /** A database file to use instead of a fresh temp file (it is not deleted then). */
   readonly database?: string
+  /** Write the configuration to a file and watch it, as `serve` does (see `configPath`, `writeConfig`). */
+  readonly watchConfig?: boolean
+  /** A logger for the server's logs (instead of the default one), e.g. to capture them. */
+  readonly logger?: Logger.Logger<unknown, unknown>
 }
 
 export interface AppHarness {
@@ -87,6 +95,16 @@ export interface AppHarness {
   readonly store: Context.Tag.Service<Store.Store>
   readonly runner: Context.Tag.Service<Runner.Runner>
   readonly transport: Context.Tag.Service<Transport.Transport>
+  /** The running configuration (replaced by a reload when `watchConfig` is on). */
+  readonly live: Context.Tag.Service<Live.LiveConfig>
+  /** The configuration file, when `watchConfig` is on. */
+  readonly configPath: string | undefined
+  /**
+   * Replaces the configuration file with `fileConfigJson(provider.baseUrl, overrides)` (the
+   * database kept), or with `text` as it is; written to a temporary file renamed over it, as
+   * editors save.
+   */
+  readonly writeConfig: (content: Record<string, unknown> | string) => Effect.Effect<void>
 }
 
 const tempDir = Effect.acquireRelease(
@@ -99,18 +117,33 @@ export const make = (options: AppHarnessOptions = {}): Effect.Effect<AppHarness,
   Effect.gen(function*() {
     const provider = options.provider ?? (yield* FakeProvider.make)
     const database = options.database ?? join(yield* tempDir, "byok.sqlite")
-    const file = Schema.decodeUnknownSync(Config.FileConfig)({ ...fileConfigJson(provider.baseUrl, options.config), database })
-    const config = Config.resolve(file, { [API_KEY_ENV]: API_KEY })
+    const fileJson = (overrides: Record<string, unknown> | undefined) => ({ ...fileConfigJson(provider.baseUrl, overrides), database })
+    const configPath = options.watchConfig === true ? join(yield* tempDir, "byok.config.json") : undefined
+    const writeConfig = (content: Record<string, unknown> | string) =>
+      Effect.sync(() => {
+        if (configPath === undefined) throw new Error("writeConfig needs watchConfig")
+        const text = typeof content === "string" ? content : JSON.stringify(fileJson(content), null, 2)
+        writeFileSync(`${configPath}.tmp`, text)
+        renameSync(`${configPath}.tmp`, configPath)
+      })
+    const env = { [API_KEY_ENV]: API_KEY }
+    const source: Config.ConfigSource | undefined = configPath === undefined ? undefined : { path: configPath, explicit: true, env }
+    if (configPath !== undefined) writeFileSync(configPath, JSON.stringify(fileJson(options.config), null, 2))
+    const config = source === undefined
+      ? Config.resolve(Schema.decodeUnknownSync(Config.FileConfig)(fileJson(options.config)), env)
+      : yield* Config.loadFrom(source).pipe(Effect.provide(NodeContext.layer), Effect.orDie)
     // h2c on an ephemeral port whatever the file says; TLS as configured.
     const tls = yield* Hookup.listenerTls(config, undefined).pipe(Effect.provide(NodeContext.layer), Effect.orDie)
     const app = Run.layer({ host: "127.0.0.1", cleartextPort: 0, tls }).pipe(Layer.orDie,
-      Layer.provideMerge(Server.layerApp(config)),
+      Layer.provideMerge(source === undefined ? Server.layerApp(config) : Server.layerAppWatched(config, source)),
       Layer.provideMerge(NodeHttpServer.layer(Server.makeHttpServer, Server.listenOptions(0, "127.0.0.1"))),
-      Layer.provide(NodeHttpClient.layerUndici)
+      Layer.provide(NodeHttpClient.layerUndici),
+      Layer.provide(NodeContext.layer)
     )
     const context = yield* Layer.build(app).pipe(
       Effect.orDie,
-      Effect.locally(FiberRef.currentMinimumLogLevel, options.logLevel ?? LogLevel.Error)
+      Effect.locally(FiberRef.currentMinimumLogLevel, options.logLevel ?? LogLevel.Error),
+      options.logger === undefined ? (effect) => effect : Effect.provide(Logger.replace(Logger.defaultLogger, options.logger))
     )
     const address = Context.get(context, HttpServer.HttpServer).address
     if (address._tag !== "TcpAddress") return yield* Effect.dieMessage("the test server is not on TCP")
@@ -124,7 +157,10 @@ export const make = (options: AppHarnessOptions = {}): Effect.Effect<AppHarness,
       database,
       store: Context.get(context, Store.Store),
       runner: Context.get(context, Runner.Runner),
-      transport: Context.get(context, Transport.Transport)
+      transport: Context.get(context, Transport.Transport),
+      live: Context.get(context, Live.LiveConfig),
+      configPath,
+      writeConfig
     }
   })
 
