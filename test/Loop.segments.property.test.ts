@@ -106,7 +106,8 @@ const checkNoLoop = (sim: Simulation): string | null => {
       if (before.compaction === null && appended < 1 && after.segment === before.segment) return "an answer's Done appended nothing"
       if (before.compaction === null) triedSinceAnswer = false
     }
-    if (input._tag === "Start" || input._tag === "Summarize") triedSinceAnswer = false
+    // A new turn (a Start, a Summarize, or a message between turns) may compact again.
+    if (after.turnId !== before.turnId) triedSinceAnswer = false
     const command = entry.transition.command
     if (command._tag === "CallLlm" && command.purpose === "summary" && after.compaction?.trigger !== "manual") {
       if (triedSinceAnswer) return `a second automatic compaction (${command.callId}) before any answer`
