@@ -43,6 +43,11 @@ export type ModelEntry = typeof ModelEntry.Type
 const Port = Schema.Int.pipe(Schema.between(0, 65535))
 const Bytes = Schema.Int.pipe(Schema.positive())
 
+/** The web console (`/console`): on a non-loopback host it answers only requests carrying this token. */
+export const ConsoleConfig = Schema.Struct({
+  token: Schema.optional(Schema.String.pipe(Schema.minLength(16, { message: () => "a console token of at least 16 characters" })))
+})
+
 export const Limits = Schema.Struct({
   /** Largest BidiAppend body accepted (after gzip inflation). */
   bidiAppendBytes: Schema.optionalWith(Bytes, { default: () => 16 * 1024 * 1024 }),
@@ -118,6 +123,7 @@ export const FileConfig = Schema.Struct({
   maxLlmCallsPerTurn: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 50 }),
   limits: Schema.optionalWith(Limits, { default: () => Schema.decodeSync(Limits)({}) }),
   compaction: Schema.optionalWith(CompactionConfig, { default: () => Schema.decodeSync(CompactionConfig)({}) }),
+  console: Schema.optionalWith(ConsoleConfig, { default: () => ({}) }),
   retry: Schema.optional(RetryConfig),
   providers: Schema.optionalWith(Schema.Array(ProviderEntry), { default: () => [] }),
   models: Schema.optionalWith(Schema.Array(ModelEntry), { default: () => [] }),
@@ -157,6 +163,8 @@ export interface ServerConfig {
   readonly maxLlmCallsPerTurn: number
   readonly limits: typeof Limits.Type
   readonly compaction: typeof CompactionConfig.Type
+  /** The web console: the token a non-loopback host requires (`console.token`, `BYOK_CONSOLE_TOKEN`). */
+  readonly console: { readonly token: Redacted.Redacted<string> | undefined }
   /** What the `Llm` router is built from: providers with their keys resolved. */
   readonly router: RouterConfig
   /** The models Cursor lists. */
@@ -214,7 +222,8 @@ export const defaultCatalogue: ReadonlyArray<{
   }
 ]
 
-const isLoopback = (host: string) => host === "localhost" || host === "::1" || host === "[::1]" || /^127\./.test(host)
+/** A loopback host name or address (`localhost`, `127.0.0.0/8`, `::1`). */
+export const isLoopback = (host: string) => host === "localhost" || host === "::1" || host === "[::1]" || /^127\./.test(host)
 
 /**
  * Builds the server configuration from a decoded file and an environment (a plain record, so
@@ -252,7 +261,9 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
   const portText = env["BYOK_PORT"]
   const port = portText === undefined ? file.port : Number(portText)
   const defaultModel = file.defaultModel ?? models[0]?.id
+  const consoleToken = env["BYOK_CONSOLE_TOKEN"] ?? file.console.token
   if (!isLoopback(host)) notices.push(`listening on ${host}, which is not a loopback address: anyone who can reach it can use your provider keys`)
+  if (!isLoopback(host) && consoleToken === undefined) notices.push(`the console (/console) answers 403 on ${host} until a token is set (console.token or BYOK_CONSOLE_TOKEN)`)
   return {
     host,
     port,
@@ -267,6 +278,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     maxLlmCallsPerTurn: file.maxLlmCallsPerTurn,
     limits: file.limits,
     compaction: { ...file.compaction, auto: compactionAutoOf(env) ?? file.compaction.auto },
+    console: { token: consoleToken === undefined || consoleToken === "" ? undefined : Redacted.make(consoleToken) },
     router: {
       providers: routed,
       models,

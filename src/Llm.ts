@@ -161,7 +161,9 @@ const ContentIndex = Schema.Int.pipe(Schema.nonNegative())
  */
 export const Start = Schema.TaggedStruct("Start", {
   model: Schema.optional(Schema.String),
-  responseId: Schema.optional(Schema.String)
+  responseId: Schema.optional(Schema.String),
+  /** How many attempts the target took to open this stream, when more than one (retries before the first event). */
+  attempts: Schema.optional(Schema.Int)
 })
 export const TextStart = Schema.TaggedStruct("TextStart", { index: ContentIndex })
 export const TextDelta = Schema.TaggedStruct("TextDelta", { index: ContentIndex, delta: Schema.String })

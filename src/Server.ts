@@ -13,6 +13,7 @@ import type { ConfigSource, ServerConfig } from "./Config.js"
 import * as Live from "./config/Live.js"
 import { LiveConfig } from "./config/Live.js"
 import type { ToolCall, ToolResultMessage } from "./Llm.js"
+import * as Console from "./Console.js"
 import * as Dialect from "./Dialect.js"
 import * as FaultInjection from "./FaultInjection.js"
 import * as Hookup from "./Hookup.js"
@@ -143,7 +144,7 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
       Layer.provideMerge(Router.layerLive(() => current().router))
     )))
   const sideRoutes = Layer.unwrapEffect(Effect.map(LiveConfig, ({ current }) => SideRpcs.layerRoutes(() => catalogue(current()))))
-  const routes = Layer.mergeAll(Transport.layerRoutes, sideRoutes, Metrics.layerRoutes)
+  const routes = Layer.mergeAll(Transport.layerRoutes, sideRoutes, Metrics.layerRoutes, Console.layerRoutes)
   // No span per request: nothing exports traces, and the span (URL parsing, header redaction,
   // attributes) was ~60 µs of every request's ~250 µs in the HTTP layer (measured on /healthz).
   const http = HttpMiddleware.withTracerDisabledWhen(HttpLayerRouter.serve(routes, { disableLogger: true }), () => true)

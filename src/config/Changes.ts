@@ -53,6 +53,8 @@ const deltaOf = <A extends { readonly id: string }>(before: ReadonlyArray<A>, af
 /** A provider as compared: its key's value counts (only compared, never shown). */
 const providerKey = (provider: ServerConfig["router"]["providers"][number]) => canonical({ ...provider, apiKey: Redacted.value(provider.apiKey) })
 
+const tokenOf = (config: ServerConfig) => config.console.token === undefined ? undefined : Redacted.value(config.console.token)
+
 /** What `next` changes in `running`. */
 export const changesBetween = (running: ServerConfig, next: ServerConfig): Changes => ({
   models: deltaOf(running.router.models, next.router.models, canonical),
@@ -60,6 +62,8 @@ export const changesBetween = (running: ServerConfig, next: ServerConfig): Chang
   settings: [
     ...(same(running.router.aliases, next.router.aliases) ? [] : ["aliases"]),
     ...(same(running.router.retry, next.router.retry) ? [] : ["retry"]),
+    // The token's value counts (only compared, never shown).
+    ...(tokenOf(running) === tokenOf(next) ? [] : ["console"]),
     ...liveKeys.filter((key) => !same(running[key], next[key]))
   ],
   needsRestart: restartOnly.filter((key) => !same(running[key], next[key]))

@@ -219,7 +219,8 @@ export const streamWithRetry = (
             const [chunk, done] = yield* events.takeAll
             let content = false
             for (const event of chunk) {
-              held.push(event)
+              // The attempt count rides on `Start` (the runner records it with the call).
+              held.push(retry > 0 && event._tag === "Start" ? { ...event, attempts: retry + 1 } : event)
               if (event._tag !== "Start") content = true
             }
             if (content) return done ? Stream.fromIterable(held) : Stream.concat(Stream.fromIterable(held), Mailbox.toStream(events))

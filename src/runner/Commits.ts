@@ -80,7 +80,14 @@ const llmCallUpdateOf = (options: RunnerOptions, before: ConversationState, inpu
     if (input.event._tag === "Done") {
       const message = input.event.message
       const costUsd = before.settings === null ? undefined : options.costOf?.(before.settings.model, message)?.usd
-      return { callId: active, status: "committed", assistantHash: messageHash(message), usage: message.usage, ...(costUsd === undefined ? {} : { costUsd }) }
+      return {
+        callId: active,
+        status: "committed",
+        assistantHash: messageHash(message),
+        usage: message.usage,
+        target: `${message.provider}/${message.model}`,
+        ...(costUsd === undefined ? {} : { costUsd })
+      }
     }
     if (input.event._tag === "Error") {
       // The turn's own words when it failed here (a failed summary says so), so a restarted process tells the same.

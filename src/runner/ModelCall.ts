@@ -25,6 +25,7 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
     const openedAt = yield* Clock.currentTimeMillis
     let finished = false
     let firstDelta = true
+    let attempts = 1
     const options = call.maxOutputTokens === undefined
       ? { model: call.model, callId: call.callId }
       : { model: call.model, callId: call.callId, maxOutputTokens: call.maxOutputTokens }
@@ -33,18 +34,27 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
       Stream.runForEachChunk((chunk) => {
         const events = Chunk.toReadonlyArray(chunk)
         let timing: Effect.Effect<void> = Effect.void
+        let record: Effect.Effect<void> = Effect.void
         for (const event of events) {
           if (event._tag === "Done" || event._tag === "Error") finished = true
+          if (event._tag === "Start" && event.attempts !== undefined) attempts = event.attempts
           if (firstDelta && (event._tag === "TextDelta" || event._tag === "ThinkingDelta" || event._tag === "ToolCallStart")) {
             firstDelta = false
             timing = Clock.currentTimeMillis.pipe(Effect.flatMap((at) => {
               const turnId = turnOfCall(call.callId)
               if (!env.turnClock.firstDelta.has(turnId)) env.turnClock.firstDelta.set(turnId, at)
+              // One small write per call, for the console (it never touches the call's status).
+              record = store.recordCallTiming(call.callId, { firstDeltaMs: at - openedAt, attempts }).pipe(
+                Effect.catchAll((error) => Effect.logWarning("runner: could not record a model call's first delta", error))
+              )
               return Metric.update(Metrics.timeToFirstDelta, (at - openedAt) / 1000)
             }))
           }
         }
-        return Effect.zipRight(timing, feed(events))
+        // The write waits until the actor has had its turn: the first delta goes out before it.
+        return Effect.zipRight(timing, feed(events)).pipe(
+          Effect.zipRight(Effect.suspend(() => (record === Effect.void ? Effect.void : Effect.zipRight(Effect.yieldNow(), record))))
+        )
       }),
       Effect.catchAll((error) => {
         finished = true

@@ -1,56 +1,179 @@
 /**
- * What an operator reads about a conversation's model calls: each call's shape (prompt, tools,
- * segment, message count), its status, usage, cost and times, in the order the calls were
- * made. Read-only; the console and the prefix diagnostics (`Prefix.ts`) build on it.
+ * What an operator reads about conversations and model calls: each call's shape (prompt, tools,
+ * segment, message count, request size), its status, usage, cost, times and the target that
+ * answered, in the order the calls were made; the conversations with their totals; the calls of
+ * the last days (for charts and per-model figures). Read-only; the console and the prefix
+ * diagnostics (`Prefix.ts`) build on it.
+ *
+ * The SQL stays portable (SQLite and PostgreSQL): JSON columns (usage, the state's settings, the
+ * first message) are decoded and aggregated here, never in SQL. `LENGTH` of a text column counts
+ * characters in both.
  */
 import { Effect, Either, Schema } from "effect"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
-import type { CallInsight } from "./Model.js"
+import type { CallInsight, ConversationInsight, RecentCall } from "./Model.js"
 import { decodeJson } from "./Rows.js"
-import { Usage } from "../Llm.js"
+import { emptyUsage, addUsage, Message, Usage } from "../Llm.js"
 
 const decodeUsage = Schema.decodeUnknownEither(Usage)
+const decodeMessage = Schema.decodeUnknownEither(Message)
+/** The parts of `state_json` an operator reads (the rest is ignored). */
+const decodeStateSummary = Schema.decodeUnknownEither(Schema.Struct({
+  turnSeq: Schema.Number,
+  settings: Schema.NullOr(Schema.Struct({ model: Schema.String }))
+}))
+
+interface CallRow {
+  readonly call_id: string
+  readonly conversation_id: string
+  readonly turn_id: string
+  readonly model: string
+  readonly status: string
+  readonly system_prompt_hash: string
+  readonly tools_hash: string
+  readonly segment_start: number
+  readonly message_count: number
+  readonly messages_part_hash: string | null
+  readonly usage_json: string | null
+  readonly cost_usd: number | null
+  readonly error: string | null
+  readonly created_at_ms: number
+  readonly updated_at_ms: number
+  readonly first_delta_ms: number | null
+  readonly target: string | null
+  readonly attempts: number | null
+}
+
+const usageOf = (json: string | null): Usage | null => {
+  if (json === null) return null
+  const usage = decodeJson(json, decodeUsage)
+  return Either.isLeft(usage) ? null : usage.right
+}
+
+const nullableNumber = (value: number | null): number | null => value === null ? null : Number(value)
+
+const toInsight = (row: CallRow, requestChars: number): CallInsight => ({
+  callId: row.call_id,
+  turnId: row.turn_id,
+  model: row.model,
+  status: row.status,
+  systemPromptHash: row.system_prompt_hash,
+  toolsHash: row.tools_hash,
+  segmentStart: Number(row.segment_start),
+  messageCount: Number(row.message_count),
+  detached: row.messages_part_hash !== null,
+  usage: usageOf(row.usage_json),
+  costUsd: row.cost_usd,
+  error: row.error,
+  createdAtMs: Number(row.created_at_ms),
+  updatedAtMs: Number(row.updated_at_ms),
+  firstDeltaMs: nullableNumber(row.first_delta_ms),
+  target: row.target,
+  attempts: nullableNumber(row.attempts),
+  requestChars
+})
 
 export const callsOf = ({ sql }: StoreEnv) => Effect.fn("Store.callsOf")(function*(conversationId: string) {
-  const rows = yield* sql<{
-    call_id: string
-    turn_id: string
-    model: string
-    status: string
-    system_prompt_hash: string
-    tools_hash: string
-    segment_start: number
-    message_count: number
-    messages_part_hash: string | null
-    usage_json: string | null
-    cost_usd: number | null
-    error: string | null
-    created_at_ms: number
-    updated_at_ms: number
-  }>`
-    SELECT call_id, turn_id, model, status, system_prompt_hash, tools_hash, segment_start, message_count,
-      messages_part_hash, usage_json, cost_usd, error, created_at_ms, updated_at_ms
-    FROM llm_calls WHERE conversation_id = ${conversationId} ORDER BY created_at_ms, call_id`.pipe(
+  const read = Effect.gen(function*() {
+    const rows = yield* sql<CallRow>`
+      SELECT call_id, conversation_id, turn_id, model, status, system_prompt_hash, tools_hash, segment_start, message_count,
+        messages_part_hash, usage_json, cost_usd, error, created_at_ms, updated_at_ms, first_delta_ms, target, attempts
+      FROM llm_calls WHERE conversation_id = ${conversationId} ORDER BY created_at_ms, call_id`
+    // The request size: its parts' lengths, and the history's as prefix sums over the journal.
+    const partNames = [...new Set(rows.flatMap((row) => [row.system_prompt_hash, row.tools_hash, ...(row.messages_part_hash === null ? [] : [row.messages_part_hash])]))]
+    const parts = partNames.length === 0 ? [] : yield* sql<{ hash: string; chars: number }>`
+      SELECT hash, LENGTH(body) AS chars FROM request_parts WHERE ${sql.in("hash", partNames)}`
+    const lengths = rows.length === 0 ? [] : yield* sql<{ seq: number; chars: number }>`
+      SELECT seq, LENGTH(message_json) AS chars FROM messages WHERE conversation_id = ${conversationId} ORDER BY seq`
+    return { rows, parts, lengths }
+  })
+  const { lengths, parts, rows } = yield* sql.withTransaction(read).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("callsOf")(e)))
   )
-  return rows.map((row): CallInsight => {
-    const usage = row.usage_json === null ? undefined : decodeJson(row.usage_json, decodeUsage)
+  const partChars = new Map(parts.map((part) => [part.hash, Number(part.chars)]))
+  const prefix = [0]
+  for (const row of lengths) prefix.push(prefix[prefix.length - 1]! + Number(row.chars))
+  const upTo = (count: number) => prefix[Math.min(count, prefix.length - 1)]!
+  return rows.map((row) => {
+    const start = Number(row.segment_start)
+    const messages = row.messages_part_hash !== null
+      ? partChars.get(row.messages_part_hash) ?? 0
+      : upTo(start + Number(row.message_count)) - upTo(start)
+    return toInsight(row, (partChars.get(row.system_prompt_hash) ?? 0) + (partChars.get(row.tools_hash) ?? 0) + messages)
+  })
+})
+
+/** The model calls made since `sinceMs` (all conversations), oldest first, at most `limit`; no request sizes. */
+export const callsSince = ({ sql }: StoreEnv) => Effect.fn("Store.callsSince")(function*(sinceMs: number, limit: number) {
+  const rows = yield* sql<CallRow>`
+    SELECT call_id, conversation_id, turn_id, model, status, system_prompt_hash, tools_hash, segment_start, message_count,
+      messages_part_hash, usage_json, cost_usd, error, created_at_ms, updated_at_ms, first_delta_ms, target, attempts
+    FROM llm_calls WHERE created_at_ms >= ${sinceMs} ORDER BY created_at_ms DESC, call_id LIMIT ${limit}`.pipe(
+    Effect.catchTag("SqlError", (e) => Effect.fail(storeError("callsSince")(e)))
+  )
+  return rows.map((row): RecentCall => ({ ...toInsight(row, 0), conversationId: row.conversation_id })).reverse()
+})
+
+/** The first user message's text (its text parts joined), or "" when the journal's first messages hold none. */
+const firstUserText = (rows: ReadonlyArray<{ readonly seq: number; readonly message_json: string }>): string => {
+  for (const row of [...rows].sort((a, b) => Number(a.seq) - Number(b.seq))) {
+    const message = decodeJson(row.message_json, decodeMessage)
+    if (Either.isRight(message) && message.right.role === "user") {
+      const text = message.right.content.flatMap((part) => part.type === "text" ? [part.text] : []).join(" ")
+      if (text.trim() !== "") return text
+    }
+  }
+  return ""
+}
+
+const groupBy = <A>(items: ReadonlyArray<A>, key: (a: A) => string): Map<string, Array<A>> => {
+  const groups = new Map<string, Array<A>>()
+  for (const item of items) {
+    const group = groups.get(key(item))
+    if (group === undefined) groups.set(key(item), [item])
+    else group.push(item)
+  }
+  return groups
+}
+
+/** How many of a conversation's first journal rows are read to find its title. */
+const TITLE_ROWS = 4
+
+/** The `limit` most recently active conversations (or the one named), newest first, with their totals over all their model calls. */
+export const conversations = ({ sql }: StoreEnv) => Effect.fn("Store.conversations")(function*(limit: number, conversationId?: string) {
+  const read = Effect.gen(function*() {
+    const rows = yield* sql<{ conversation_id: string; status: string; state_json: string; message_count: number; updated_at_ms: number }>`
+      SELECT conversation_id, status, state_json, message_count, updated_at_ms FROM conversations
+      ${conversationId === undefined ? sql`` : sql`WHERE conversation_id = ${conversationId}`}
+      ORDER BY updated_at_ms DESC, conversation_id LIMIT ${limit}`
+    const ids = rows.map((row) => row.conversation_id)
+    if (ids.length === 0) return { rows, firsts: [], calls: [] }
+    const firsts = yield* sql<{ conversation_id: string; seq: number; message_json: string }>`
+      SELECT conversation_id, seq, message_json FROM messages WHERE seq < ${TITLE_ROWS} AND ${sql.in("conversation_id", ids)}`
+    const calls = yield* sql<{ conversation_id: string; usage_json: string | null; cost_usd: number | null; updated_at_ms: number }>`
+      SELECT conversation_id, usage_json, cost_usd, updated_at_ms FROM llm_calls WHERE ${sql.in("conversation_id", ids)}`
+    return { rows, firsts, calls }
+  })
+  const { calls, firsts, rows } = yield* sql.withTransaction(read).pipe(
+    Effect.catchTag("SqlError", (e) => Effect.fail(storeError("conversations")(e)))
+  )
+  const callsBy = groupBy(calls, (call) => call.conversation_id)
+  const firstsBy = groupBy(firsts, (first) => first.conversation_id)
+  return rows.map((row): ConversationInsight => {
+    const state = decodeJson(row.state_json, decodeStateSummary)
+    const own = callsBy.get(row.conversation_id) ?? []
     return {
-      callId: row.call_id,
-      turnId: row.turn_id,
-      model: row.model,
+      conversationId: row.conversation_id,
       status: row.status,
-      systemPromptHash: row.system_prompt_hash,
-      toolsHash: row.tools_hash,
-      segmentStart: Number(row.segment_start),
+      title: firstUserText(firstsBy.get(row.conversation_id) ?? []),
+      model: Either.isRight(state) ? state.right.settings?.model ?? null : null,
+      turns: Either.isRight(state) ? state.right.turnSeq : 0,
       messageCount: Number(row.message_count),
-      detached: row.messages_part_hash !== null,
-      usage: usage === undefined || Either.isLeft(usage) ? null : usage.right,
-      costUsd: row.cost_usd,
-      error: row.error,
-      createdAtMs: Number(row.created_at_ms),
-      updatedAtMs: Number(row.updated_at_ms)
+      calls: own.length,
+      usage: own.reduce((sum, call) => addUsage(sum, usageOf(call.usage_json) ?? emptyUsage), emptyUsage),
+      costUsd: own.reduce((sum, call) => sum + (call.cost_usd ?? 0), 0),
+      lastActivityMs: Math.max(Number(row.updated_at_ms), ...own.map((call) => Number(call.updated_at_ms)))
     }
   })
 })

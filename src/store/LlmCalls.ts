@@ -12,7 +12,7 @@ import type { ConversationState } from "../Loop.js"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
 import { CorruptRow, InvalidCommit, NotFound, RequestHashMismatch } from "./Model.js"
-import type { ConversationCosts, LlmCallDetails, LlmCallStatus, LlmCallUpdate, LoadedLlmCall, PlannedLlmCall } from "./Model.js"
+import type { CallTiming, ConversationCosts, LlmCallDetails, LlmCallStatus, LlmCallUpdate, LoadedLlmCall, PlannedLlmCall } from "./Model.js"
 import { decodeHistory, decodeJson, decodeTools, toCallRecord } from "./Rows.js"
 
 const decodeMessages = Schema.decodeUnknownEither(Schema.Array(Message))
@@ -95,6 +95,7 @@ export const updateLlmCall = ({ sql }: StoreEnv, update: LlmCallUpdate, now: num
       usage_json = COALESCE(${update.usage === undefined ? null : canonicalJson(update.usage)}, usage_json),
       cost_usd = COALESCE(${update.costUsd ?? null}, cost_usd),
       error = COALESCE(${update.error ?? null}, error),
+      target = COALESCE(${update.target ?? null}, target),
       updated_at_ms = ${now}
     WHERE call_id = ${update.callId}
     RETURNING call_id`
@@ -128,6 +129,21 @@ export const markLlmCall = (env: StoreEnv) => Effect.fn("Store.markLlmCall")(
       Effect.catchTag("SqlError", (e) => Effect.fail(storeError("markLlmCall")(e)))
     )
     if (updated.length === 0) return yield* new NotFound({ entity: "llmCall", id: callId })
+  }
+)
+
+/**
+ * What the console reads about a call's stream (time to its first delta, attempts), recorded
+ * when the first delta arrives. Never touches the status, so it cannot undo a commit or a cancel
+ * that raced it; like the stream diagnostics it is not a commit point.
+ */
+export const recordCallTiming = ({ sql }: StoreEnv) => Effect.fn("Store.recordCallTiming")(
+  function*(callId: string, timing: CallTiming) {
+    yield* sql`
+      UPDATE llm_calls SET first_delta_ms = ${timing.firstDeltaMs}, attempts = ${timing.attempts}
+      WHERE call_id = ${callId}`.pipe(
+      Effect.catchTag("SqlError", (e) => Effect.fail(storeError("recordCallTiming")(e)))
+    )
   }
 )
 

@@ -59,6 +59,40 @@ export interface CallInsight {
   readonly createdAtMs: number
   /** When it last changed status (committed, failed...). */
   readonly updatedAtMs: number
+  /** Milliseconds from the stream opening to its first delta; null when unknown. */
+  readonly firstDeltaMs: number | null
+  /** The target that answered (`provider/upstreamModel`); null until an answer is committed. */
+  readonly target: string | null
+  /** Attempts the answering target took; null when unknown. */
+  readonly attempts: number | null
+  /**
+   * The request's size in characters of its stored JSON (system prompt, tools and messages as
+   * the store keeps them): close to, not exactly, the bytes the provider received.
+   */
+  readonly requestChars: number
+}
+
+/** A model call of any conversation, as the console's charts and per-model figures read it (`requestChars` is 0). */
+export interface RecentCall extends CallInsight {
+  readonly conversationId: string
+}
+
+/** A conversation as the operator lists it: its title, model, turns and totals over all its model calls. */
+export interface ConversationInsight {
+  readonly conversationId: string
+  readonly status: string
+  /** The first user message's text (whole: the reader shortens it). */
+  readonly title: string
+  /** The model the last turn asked for; null before any turn settled one. */
+  readonly model: string | null
+  readonly turns: number
+  readonly messageCount: number
+  readonly calls: number
+  readonly usage: Usage
+  /** USD over the calls with a price. */
+  readonly costUsd: number
+  /** The last commit or model-call change. */
+  readonly lastActivityMs: number
 }
 
 /** A segment of a conversation's history as recorded when it opened (see `Loop.Segment`). */
@@ -103,6 +137,16 @@ export interface LlmCallDetails {
   /** USD, from the configured price of the target that answered. */
   readonly costUsd?: number
   readonly error?: string
+  /** The target that answered: `provider/upstreamModel`. */
+  readonly target?: string
+}
+
+/** A call's stream as the console reads it (`recordCallTiming`). */
+export interface CallTiming {
+  /** Milliseconds from the stream opening to its first delta. */
+  readonly firstDeltaMs: number
+  /** Attempts the answering target took (1 without a retry). */
+  readonly attempts: number
 }
 
 /** What a conversation's committed model calls cost, in USD, per turn and in all (calls without a price count 0). */
@@ -363,8 +407,14 @@ export interface StoreService {
   ) => Effect.Effect<Option.Option<{ readonly conversationId: string; readonly messages: ReadonlyArray<Message> }>, StoreError>
   /** The conversation's model calls in the order they were made, as the operator reads them. */
   readonly callsOf: (conversationId: string) => Effect.Effect<ReadonlyArray<CallInsight>, StoreError>
+  /** The `limit` most recently active conversations (or only the one named), newest first, with their totals (the console's list). */
+  readonly conversations: (limit: number, conversationId?: string) => Effect.Effect<ReadonlyArray<ConversationInsight>, StoreError>
+  /** The model calls of every conversation made since `sinceMs`, oldest first, the newest `limit` of them. */
+  readonly callsSince: (sinceMs: number, limit: number) => Effect.Effect<ReadonlyArray<RecentCall>, StoreError>
   /** The segments a compaction or a rewind opened, oldest first (the origin segment has no record). */
   readonly segments: (conversationId: string) => Effect.Effect<ReadonlyArray<SegmentRecord>, StoreError>
+  /** Records a call's time to its first delta and its attempts (never its status; not a commit point). */
+  readonly recordCallTiming: (callId: string, timing: CallTiming) => Effect.Effect<void, StoreError>
   /** Appends one stream event to the optional diagnostics log (never read back into history). */
   readonly appendDiagnostic: (callId: string, eventIndex: number, event: unknown) => Effect.Effect<void, StoreError>
 }

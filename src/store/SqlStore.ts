@@ -21,8 +21,8 @@ import { Effect, Either } from "effect"
 import { commitInput, findHistory, findInputCommit, findTurnStarts, load, segments } from "./Conversations.js"
 import { makePartHashes, storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
-import { callsOf } from "./Insights.js"
-import { appendDiagnostic, costs, loadLlmCall, markLlmCall, saveLlmCall } from "./LlmCalls.js"
+import { callsOf, callsSince, conversations } from "./Insights.js"
+import { appendDiagnostic, costs, loadLlmCall, markLlmCall, recordCallTiming, saveLlmCall } from "./LlmCalls.js"
 import type { InFlight, LlmCallRecord, OperationRecord, StoreService } from "./Model.js"
 import { cancelOperation, completeOperation, loadOperation, markOperationSent, saveOperations } from "./Operations.js"
 import { toCallRecord, toOperationRecord } from "./Rows.js"
@@ -41,6 +41,7 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
     commitInput: commitInput(env),
     saveLlmCall: saveLlmCall(env),
     markLlmCall: markLlmCall(env),
+    recordCallTiming: recordCallTiming(env),
     loadLlmCall: loadLlmCall(env),
     saveOperations: saveOperations(env),
     markOperationSent: markOperationSent(env),
@@ -51,6 +52,8 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
     costs: costs(env),
     segments: segments(env),
     callsOf: callsOf(env),
+    conversations: conversations(env),
+    callsSince: callsSince(env),
     findHistory: findHistory(env),
     appendDiagnostic: appendDiagnostic(env)
   } satisfies StoreService

@@ -158,10 +158,26 @@ const segments = Effect.gen(function*() {
     )`
 })
 
+/**
+ * What an operator reads about each model call besides its usage: the milliseconds from its
+ * stream opening to its first delta, the target that answered (`provider/upstreamModel`, from
+ * the committed answer), and how many attempts that target took (retries before the first
+ * event). Nullable: older calls, and calls that never streamed, have none. The index serves the
+ * console's charts over the last days.
+ */
+const callTimings = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE llm_calls ADD COLUMN first_delta_ms INTEGER`
+  yield* sql`ALTER TABLE llm_calls ADD COLUMN target TEXT`
+  yield* sql`ALTER TABLE llm_calls ADD COLUMN attempts INTEGER`
+  yield* sql`CREATE INDEX llm_calls_created ON llm_calls (created_at_ms)`
+})
+
 /** Keyed `<id>_<name>` as the migrator expects; applied in id order, each once. */
 export const migrations = {
   "0001_init": init,
   "0002_turn_starts": turnStarts,
   "0003_call_costs": callCosts,
-  "0004_segments": segments
+  "0004_segments": segments,
+  "0005_call_timings": callTimings
 }

@@ -205,6 +205,8 @@ export interface RunRequestSpec {
   readonly summarize?: boolean
   /** Slash commands picked with the message (`selected_context.cursor_commands`), e.g. `glass-action-summarize`. */
   readonly cursorCommands?: ReadonlyArray<{ readonly name: string; readonly content?: string }>
+  /** The run request's `custom_system_prompt` (appended to the system prompt). */
+  readonly customSystemPrompt?: string
 }
 
 const agentMode = (mode: RunRequestSpec["mode"]): AgentMode =>
@@ -239,6 +241,7 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
       value: {
         conversationId: spec.conversationId,
         requestedModel: { modelId: spec.model ?? "fake-model" },
+        ...(spec.customSystemPrompt !== undefined ? { customSystemPrompt: spec.customSystemPrompt } : {}),
         ...(spec.conversationState !== undefined ? { conversationState: spec.conversationState } : {}),
         ...(spec.mcpTools !== undefined ? { mcpTools: { mcpTools: spec.mcpTools as Array<McpToolDefinition> } } : {}),
         ...(preFetchedBlobs.length > 0 ? { preFetchedBlobs } : {}),

@@ -1,0 +1,146 @@
+/**
+ * The web console at `/console`: server-rendered pages over the store, the turn sessions and the
+ * running configuration, for the operator.
+ *
+ * - `GET /console`: the turns running now (updated live by a small script polling
+ *   `GET /console/api/running` once a second), the conversations (title, model, turns, tokens,
+ *   cost, cache-read share, last activity), the models and providers with their recent errors
+ *   and median time to first delta, and charts of tokens, cost and cache-read share per hour
+ *   (`?range=48h`, the default) or per day (`?range=14d`).
+ * - `GET /console/conversations/:id`: the conversation's turns and model calls (request size,
+ *   tokens, cache read and write, cost, time to first delta, duration, attempts, the target that
+ *   answered) with each call's prefix status: it extends the previous request, is a summary
+ *   call, opens an intended segment (compaction, rewind, fork), or breaks the prefix, with the
+ *   first differing byte and the part it falls in. `?messages=1` shows the messages, to a client
+ *   on a loopback address only.
+ *
+ * Only GET routes, and nothing here writes. Who may read is `console/Access.ts` (a non-loopback
+ * host requires the configured token). No page shows a key: of the configuration only model and
+ * provider ids, wire APIs and base URLs are rendered, and each response is scrubbed of every
+ * configured key's value besides.
+ */
+import { HttpLayerRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Clock, Effect, Option, Redacted } from "effect"
+import type { Context, Layer } from "effect"
+import { randomBytes } from "node:crypto"
+import type { ServerConfig } from "./Config.js"
+import { LiveConfig } from "./config/Live.js"
+import * as Access from "./console/Access.js"
+import { rangeOf } from "./console/Charts.js"
+import * as Data from "./console/Data.js"
+import * as Pages from "./console/Pages.js"
+import { Store } from "./Store.js"
+import { Sessions } from "./transport/Sessions.js"
+
+const SECURITY_HEADERS = {
+  "cache-control": "no-store",
+  "x-content-type-options": "nosniff",
+  "x-frame-options": "DENY",
+  "referrer-policy": "no-referrer"
+}
+
+const csp = (nonce: string) =>
+  `default-src 'none'; style-src 'nonce-${nonce}'; script-src 'nonce-${nonce}'; connect-src 'self'; img-src 'self' data:; ` +
+  `base-uri 'none'; form-action 'none'; frame-ancestors 'none'`
+
+/** Each configured key's value replaced, wherever it would appear (belt and braces: no page renders one). */
+const scrub = (config: ServerConfig, text: string): string => {
+  let out = text
+  for (const provider of config.router.providers) {
+    const key = Redacted.value(provider.apiKey)
+    if (key.length >= 8) out = out.split(key).join("[redacted]")
+  }
+  return out
+}
+
+interface Services {
+  readonly live: Context.Tag.Service<LiveConfig>
+  readonly store: Context.Tag.Service<Store>
+  readonly sessions: Context.Tag.Service<Sessions>
+}
+
+interface RequestContext {
+  readonly config: ServerConfig
+  readonly access: Extract<Access.Access, { _tag: "Allowed" }>
+  readonly params: URLSearchParams
+  readonly links: Pages.Links
+  readonly nonce: string
+}
+
+const htmlResponse = (context: Pick<RequestContext, "config" | "nonce">, body: string, status = 200) =>
+  HttpServerResponse.text(scrub(context.config, body), {
+    status,
+    contentType: "text/html; charset=utf-8",
+    headers: { ...SECURITY_HEADERS, "content-security-policy": csp(context.nonce) }
+  })
+
+/** Runs `handle` for a request the access rule lets through; answers the refusal otherwise. */
+const guarded = <E, R>(live: Services["live"], handle: (context: RequestContext) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const config = live.current()
+    const params = new URL(request.url, "http://console.invalid").searchParams
+    const access = Access.decide({ host: config.host, token: config.console.token }, {
+      remoteAddress: Option.getOrUndefined(request.remoteAddress),
+      hostHeader: request.headers["host"],
+      authorization: request.headers["authorization"],
+      queryToken: params.get("token") ?? undefined
+    })
+    const nonce = randomBytes(16).toString("base64")
+    if (access._tag === "Denied") {
+      return htmlResponse({ config, nonce }, Pages.messagePage(access.status === 401 ? "Token required" : "Forbidden", access.message, Pages.linksOf(undefined), nonce), access.status).pipe(
+        access.status === 401 ? HttpServerResponse.setHeader("www-authenticate", "Bearer") : (response) => response
+      )
+    }
+    const context: RequestContext = { config, access, params, links: Pages.linksOf(access.linkToken), nonce }
+    return yield* handle(context).pipe(
+      Effect.catchAll((error) =>
+        Effect.gen(function*() {
+          yield* Effect.logWarning("console: a page failed", error)
+          const message = error instanceof Error ? error.message : String(error)
+          return htmlResponse(context, Pages.messagePage("Error", `The console could not read the store: ${message}`, context.links, nonce), 500)
+        })
+      )
+    )
+  })
+
+const overviewRoute = ({ live, sessions, store }: Services) => guarded(live, (context) =>
+  Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    const overview = yield* Data.overview(store, sessions, context.config, rangeOf(context.params.get("range") ?? undefined), now)
+    return htmlResponse(context, Pages.overviewPage(overview, context.links, context.nonce))
+  })
+)
+
+const conversationRoute = ({ live, store }: Services) => guarded(live, (context) =>
+  Effect.gen(function*() {
+    const { id } = yield* HttpLayerRouter.params
+    const now = yield* Clock.currentTimeMillis
+    const asked = context.params.get("messages") === "1"
+    const reveal = asked && context.access.loopbackClient
+    const view = yield* Data.conversation(store, id ?? "", reveal, now)
+    if (Option.isNone(view)) {
+      return htmlResponse(context, Pages.messagePage("Not found", `No conversation ${id ?? ""} in the store.`, context.links, context.nonce), 404)
+    }
+    return htmlResponse(context, Pages.conversationPage(view.value, context.links, context.nonce, context.access.loopbackClient, asked && !reveal))
+  })
+)
+
+const runningRoute = ({ live, sessions }: Services) => guarded(live, (context) =>
+  Effect.gen(function*() {
+    const nowMs = yield* Clock.currentTimeMillis
+    const body = JSON.stringify({ nowMs, turns: Data.runningTurns(sessions) })
+    return HttpServerResponse.text(scrub(context.config, body), { contentType: "application/json", headers: SECURITY_HEADERS })
+  })
+)
+
+/** The console's GET routes (they need the store, the sessions and the running configuration). */
+export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter | Store | Sessions | LiveConfig> = HttpLayerRouter.use((router) =>
+  Effect.gen(function*() {
+    const services: Services = { live: yield* LiveConfig, store: yield* Store, sessions: yield* Sessions }
+    const overview = overviewRoute(services)
+    yield* router.add("GET", "/console", overview)
+    yield* router.add("GET", "/console/conversations/:id", conversationRoute(services))
+    yield* router.add("GET", "/console/api/running", runningRoute(services))
+  })
+)
