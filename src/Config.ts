@@ -361,6 +361,10 @@ export const validate = (config: ServerConfig, env: Readonly<Record<string, stri
     if (!isPort(config.proxy.port)) {
       return yield* new ConfigError({ message: `BYOK_PROXY_PORT must be a port number (0-65535) or off, got ${env["BYOK_PROXY_PORT"]}` })
     }
+    const compaction = env["BYOK_COMPACTION"]?.trim().toLowerCase()
+    if (compaction !== undefined && compaction !== "" && !["on", "off", "true", "false", "1", "0"].includes(compaction)) {
+      return yield* new ConfigError({ message: `BYOK_COMPACTION must be on or off, got ${env["BYOK_COMPACTION"]}` })
+    }
     const routing = routingProblem(config.router)
     if (routing !== undefined) return yield* new ConfigError({ message: routing })
     if ((config.http2.tls?.certFile === undefined) !== (config.http2.tls?.keyFile === undefined)) {

@@ -103,5 +103,14 @@ describe("Config", () => {
       const badPort = Effect.runSync(Effect.flip(validate(resolve(empty, { BYOK_PROXY_PORT: "nope" }), { BYOK_PROXY_PORT: "nope" })))
       assert.include(badPort.message, "BYOK_PROXY_PORT")
     })
+
+    it("BYOK_COMPACTION=off turns automatic compaction off; a value that is not on or off is refused in one line", () => {
+      const empty = Schema.decodeSync(FileConfig)({})
+      assert.isTrue(resolve(empty, {}).compaction.auto)
+      assert.isFalse(resolve(empty, { BYOK_COMPACTION: "off" }).compaction.auto)
+      assert.deepStrictEqual(resolve(empty, {}).compaction, { auto: true, threshold: 0.8, tailShare: 0.15, summaryMaxTokens: 4096, elideToolResultChars: 2048 })
+      const bad = Effect.runSync(Effect.flip(validate(resolve(empty, { BYOK_COMPACTION: "maybe" }), { BYOK_COMPACTION: "maybe" })))
+      assert.strictEqual(bad.message, "BYOK_COMPACTION must be on or off, got maybe")
+    })
   })
 })
