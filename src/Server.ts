@@ -99,7 +99,8 @@ const compactionPolicy = (current: () => ServerConfig): CompactionPolicy => ({
 /** The runner's options: the loop's policy and the prices, from the running configuration at each use. */
 const runnerOptions = (current: () => ServerConfig): Runner.RunnerOptions => ({
   policy: {
-    ...Prompt.policy(current().maxLlmCallsPerTurn),
+    buildPrompt: Prompt.buildPrompt,
+    buildTools: Prompt.buildTools,
     get maxLlmCallsPerTurn() { return current().maxLlmCallsPerTurn },
     compaction: compactionPolicy(current),
     promptIdOf: Dialect.promptIdOf

@@ -143,6 +143,15 @@ const toolsTokens = (tools: ReadonlyArray<ToolDefinition>): number => {
   return tokens
 }
 
+/** Whether the last answer's count covers a prefix of `messages` (a new segment starts uncounted). */
+const isCounted = (messages: ReadonlyArray<Message>, known: ContextSize): boolean => known.tokens > 0 && known.messages <= messages.length
+
+const messagesTokens = (messages: ReadonlyArray<Message>, from: number): number => {
+  let tokens = 0
+  for (let index = from; index < messages.length; index++) tokens += messageTokens(messages[index]!)
+  return tokens
+}
+
 /**
  * The estimated size of a request: the last answer's counted tokens plus an estimate of what
  * was appended since; without a count, an estimate of everything (prompt, tools, messages).
@@ -151,20 +160,19 @@ export const estimateTokens = (
   request: { readonly systemPrompt: string; readonly tools: ReadonlyArray<ToolDefinition>; readonly messages: ReadonlyArray<Message> },
   known: ContextSize
 ): number => {
-  const counted = known.tokens > 0 && known.messages <= request.messages.length
-  let tokens = counted ? known.tokens : Math.ceil(request.systemPrompt.length / CHARS_PER_TOKEN) + toolsTokens(request.tools)
-  for (let index = counted ? known.messages : 0; index < request.messages.length; index++) tokens += messageTokens(request.messages[index]!)
-  return tokens
+  const counted = isCounted(request.messages, known)
+  const head = counted ? known.tokens : Math.ceil(request.systemPrompt.length / CHARS_PER_TOKEN) + toolsTokens(request.tools)
+  return head + messagesTokens(request.messages, counted ? known.messages : 0)
 }
 
 /**
  * How much of the context window the segment takes now: the last answer's count plus an
  * estimate of what followed it (the system prompt and tools are not counted without an answer).
  */
-export const contextTokensOf = (state: { readonly messages: ReadonlyArray<Message>; readonly context: ContextSize }): number =>
-  estimateTokens({ systemPrompt: "", tools: NO_TOOLS, messages: state.messages }, state.context) - (state.context.tokens > 0 ? 0 : toolsTokens(NO_TOOLS))
-
-const NO_TOOLS: ReadonlyArray<ToolDefinition> = []
+export const contextTokensOf = (state: { readonly messages: ReadonlyArray<Message>; readonly context: ContextSize }): number => {
+  const counted = isCounted(state.messages, state.context)
+  return (counted ? state.context.tokens : 0) + messagesTokens(state.messages, counted ? state.context.messages : 0)
+}
 
 /** What an answer says the request and its output came to. */
 export const countedSize = (message: AssistantMessage, messages: number): ContextSize => {

@@ -34,7 +34,7 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
       Stream.runForEachChunk((chunk) => {
         const events = Chunk.toReadonlyArray(chunk)
         let timing: Effect.Effect<void> = Effect.void
-        let record: Effect.Effect<void> = Effect.void
+        let record: Effect.Effect<void> | undefined
         for (const event of events) {
           if (event._tag === "Done" || event._tag === "Error") finished = true
           if (event._tag === "Start" && event.attempts !== undefined) attempts = event.attempts
@@ -53,7 +53,7 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
         }
         // The write waits until the actor has had its turn: the first delta goes out before it.
         return Effect.zipRight(timing, feed(events)).pipe(
-          Effect.zipRight(Effect.suspend(() => (record === Effect.void ? Effect.void : Effect.zipRight(Effect.yieldNow(), record))))
+          Effect.zipRight(Effect.suspend(() => (record === undefined ? Effect.void : Effect.zipRight(Effect.yieldNow(), record))))
         )
       }),
       Effect.catchAll((error) => {

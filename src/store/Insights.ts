@@ -9,15 +9,14 @@
  * first message) are decoded and aggregated here, never in SQL. `LENGTH` of a text column counts
  * characters in both.
  */
-import { Effect, Either, Schema } from "effect"
+import { Array, Effect, Either, Schema } from "effect"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
 import type { CallInsight, ConversationInsight, RecentCall } from "./Model.js"
-import { decodeJson } from "./Rows.js"
-import { emptyUsage, addUsage, Message, Usage } from "../Llm.js"
+import { decodeJson, decodeMessage, decodeUsage } from "./Rows.js"
+import { addUsage, emptyUsage } from "../Llm.js"
+import type { Usage } from "../Llm.js"
 
-const decodeUsage = Schema.decodeUnknownEither(Usage)
-const decodeMessage = Schema.decodeUnknownEither(Message)
 /** The parts of `state_json` an operator reads (the rest is ignored). */
 const decodeStateSummary = Schema.decodeUnknownEither(Schema.Struct({
   turnSeq: Schema.Number,
@@ -127,16 +126,6 @@ const firstUserText = (rows: ReadonlyArray<{ readonly seq: number; readonly mess
   return ""
 }
 
-const groupBy = <A>(items: ReadonlyArray<A>, key: (a: A) => string): Map<string, Array<A>> => {
-  const groups = new Map<string, Array<A>>()
-  for (const item of items) {
-    const group = groups.get(key(item))
-    if (group === undefined) groups.set(key(item), [item])
-    else group.push(item)
-  }
-  return groups
-}
-
 /** How many of a conversation's first journal rows are read to find its title. */
 const TITLE_ROWS = 4
 
@@ -158,15 +147,15 @@ export const conversations = ({ sql }: StoreEnv) => Effect.fn("Store.conversatio
   const { calls, firsts, rows } = yield* sql.withTransaction(read).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("conversations")(e)))
   )
-  const callsBy = groupBy(calls, (call) => call.conversation_id)
-  const firstsBy = groupBy(firsts, (first) => first.conversation_id)
+  const callsBy = Array.groupBy(calls, (call) => call.conversation_id)
+  const firstsBy = Array.groupBy(firsts, (first) => first.conversation_id)
   return rows.map((row): ConversationInsight => {
     const state = decodeJson(row.state_json, decodeStateSummary)
-    const own = callsBy.get(row.conversation_id) ?? []
+    const own = callsBy[row.conversation_id] ?? []
     return {
       conversationId: row.conversation_id,
       status: row.status,
-      title: firstUserText(firstsBy.get(row.conversation_id) ?? []),
+      title: firstUserText(firstsBy[row.conversation_id] ?? []),
       model: Either.isRight(state) ? state.right.settings?.model ?? null : null,
       turns: Either.isRight(state) ? state.right.turnSeq : 0,
       messageCount: Number(row.message_count),

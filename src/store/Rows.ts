@@ -75,12 +75,12 @@ export const StateFields = Schema.Struct({
   settings: Schema.NullOr(StoredTurnSettings)
 })
 
-const decodeMessage = Schema.decodeUnknownEither(Message)
+export const decodeMessage = Schema.decodeUnknownEither(Message)
 export const decodeStatus = Schema.decodeUnknownEither(ConversationStatus)
 export const decodeWaiting = Schema.decodeUnknownEither(WaitingClient)
 export const decodeStateFields = Schema.decodeUnknownEither(StateFields)
 export const decodeTools = Schema.decodeUnknownEither(Schema.Array(ToolDefinition))
-const decodeUsage = Schema.decodeUnknownEither(Usage)
+export const decodeUsage = Schema.decodeUnknownEither(Usage)
 const decodeCallStatus = Schema.decodeUnknownEither(LlmCallStatus)
 const decodeOperationStatus = Schema.decodeUnknownEither(OperationStatus)
 
