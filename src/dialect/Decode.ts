@@ -98,10 +98,12 @@ const decodeConversationAction = (value: ConversationAction): Decoded => {
     case "resumeAction":
     case "startPlanAction":
     case "summarizeAction":
+    case "executePlanAction":
+    case "asyncAskQuestionCompletionAction":
       // These only mean something inside a run_request; on a live request we do not act on them.
       return Either.right(ClientMessage.Unknown({
         where: `ConversationAction.${action.case}`,
-        fields: [action.case === "resumeAction" ? 2 : action.case === "summarizeAction" ? 4 : 6]
+        fields: [({ resumeAction: 2, summarizeAction: 4, startPlanAction: 6, executePlanAction: 7, asyncAskQuestionCompletionAction: 8 } as const)[action.case]]
       }))
     case undefined:
       return unknownCase("ConversationAction", value)

@@ -224,6 +224,10 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
     case "cancelAction":
       runAction = RunAction.Unsupported({ field: 3 })
       break
+    case "executePlanAction":
+    case "asyncAskQuestionCompletionAction":
+      runAction = RunAction.Unsupported({ field: action.case === "executePlanAction" ? 7 : 8 })
+      break
     case undefined:
       runAction = RunAction.Unsupported({ field: request.action === undefined ? 0 : unknownFields(request.action)[0] ?? 0 })
       break
