@@ -19,19 +19,22 @@
  *
  * One concern per module of `dialect/`: `Bytes.ts` (the error, hex), `ClientMessage.ts` (what a
  * client message decodes to), `Decode.ts`, `UserMessage.ts` (modes, the model's user message),
- * `RunRequest.ts` (the run request and its context parts), `Settings.ts` (what is read back from
- * a turn's settings), `Correlation.ts`, `Encode.ts` (model events, tool calls and execs, turn
- * end), `Kv.ts` (blobs), `Checkpoint.ts` (the checkpoint projection), `EndStream.ts` and
- * `Inputs.ts` (the loop's inputs from client messages).
+ * `Attachments.ts` (what the user attached, as text), `RunRequest.ts` (the run request and its
+ * context parts), `Settings.ts` (what is read back from a turn's settings), `Correlation.ts`,
+ * `Encode.ts` (model events, tool calls and execs, turn end), `Kv.ts` (blobs), `Checkpoint.ts`
+ * (the checkpoint projection), `EndStream.ts` and `Inputs.ts` (the loop's inputs from client
+ * messages).
  */
 export { bytesToHex, DialectError, DialectErrorReason, hexToBytes } from "./dialect/Bytes.js"
 export * from "./dialect/ClientMessage.js"
 export * from "./dialect/Decode.js"
-export { agentModeOf, cursorModeOf, toLlmUserMessage } from "./dialect/UserMessage.js"
+export { toLlmUserMessage } from "./dialect/UserMessage.js"
+export { agentModeOf, cursorModeOf, customModeOf } from "./dialect/Modes.js"
+export { pastChatDigest } from "./dialect/Attachments.js"
 export { withContextParts } from "./dialect/RunRequest.js"
 export * from "./dialect/Settings.js"
 export { fromFrame, initialCorrelation, toFrame } from "./dialect/Correlation.js"
-export type { Encoded, PendingKv, RunningExec, StreamingToolCall, TurnCorrelation } from "./dialect/Correlation.js"
+export type { Encoded, PendingKv, PendingQuery, RunningExec, StreamingToolCall, TurnCorrelation } from "./dialect/Correlation.js"
 export * from "./dialect/Encode.js"
 export * from "./dialect/Kv.js"
 export * from "./dialect/Checkpoint.js"

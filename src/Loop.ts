@@ -165,6 +165,8 @@ export interface Policy {
    * a rewind. Without it a client's history is never compared.
    */
   readonly promptIdOf?: (message: Message) => string
+  /** Pure: the settings after a tool result is appended (Cursor: an approved SwitchMode changes the mode). */
+  readonly settingsAfter?: (settings: TurnSettings, result: ToolResultMessage) => TurnSettings
 }
 
 // =============================================================================
@@ -417,7 +419,9 @@ const onToolResult = (policy: Policy, state: RuntimeState, result: ToolResultMes
     ready.push(next.result)
     appended++
   }
-  const withResults = appendMessages(committed, ready)
+  const settingsAfter = policy.settingsAfter
+  const settings = settingsAfter === undefined || committed.settings === null ? committed.settings : ready.reduce(settingsAfter, committed.settings)
+  const withResults = { ...appendMessages(committed, ready), settings }
 
   if (appended === waiting.toolCalls.length) {
     return callLlm(policy, appendQueued({ ...withResults, waiting: null }))

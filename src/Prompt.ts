@@ -5,19 +5,30 @@
  * prompt and tools before the messages) stays warm across turns. No clock: a date in the
  * prompt would change the cached prefix every day.
  */
-import type { ToolDefinition } from "./Llm.js"
-import type { Policy, PromptContext, TurnWorkspace } from "./Loop.js"
+import type { ToolDefinition, ToolResultMessage } from "./Llm.js"
+import type { Policy, PromptContext, TurnSettings, TurnWorkspace } from "./Loop.js"
 import { mcpToolsOf, modeOfSettings } from "./Dialect.js"
-import { toolCatalog } from "./Tools.js"
+import { switchedModeOf, toolCatalog } from "./Tools.js"
 import type { CursorMode } from "./Tools.js"
+
+const PLAN_GUIDANCE =
+  "Investigate the workspace (read, search, ask the user with AskQuestion when a decision is theirs), then present a concrete plan with CreatePlan: the approach, the files to change and how, in order, and how to verify it. You do not change files or run commands in this mode. After CreatePlan, stop: the user reviews the plan and presses Build to have it carried out."
 
 const MODE_GUIDANCE: Record<CursorMode, string> = {
   agent:
     "You are in agent mode: make the change the user asks for. Read before you edit, keep edits minimal and focused, and run the project's checks when they exist. When the task is done, say briefly what you changed.",
   ask:
-    "You are in ask mode: answer the question. You may read and search the workspace, but you do not change files or run commands.",
-  plan:
-    "You are in plan mode: investigate the workspace and write a concrete, ordered plan (a todo list) for the user to approve. Do not change files or run commands yet."
+    "You are in ask mode: answer the question. You may read and search the workspace, but you do not change files or run commands. If the user wants changes made, suggest switching to agent mode with SwitchMode.",
+  plan: `You are in plan mode. ${PLAN_GUIDANCE}`,
+  project:
+    `You are in project mode: the user is planning a larger piece of work. ${PLAN_GUIDANCE} Break the work into phases a reviewer can check one at a time.`,
+  debug:
+    "You are in debug mode: find the root cause before you fix anything. Reproduce the problem, form hypotheses, add targeted logging or checks to test them, read the evidence, then make the smallest fix that addresses the cause and verify it. Remove the temporary instrumentation when you are done, and say what the cause was.",
+  triage:
+    "You are in triage mode: investigate the reported problem without changing anything. Find where it comes from, how severe it is and who or what it affects, and report your findings with the evidence (files, lines, commands) and a recommended next step.",
+  multitask:
+    "You are in multitask mode: the user gave several tasks. Keep them in a todo list (TodoWrite), work through them one at a time, mark each done as you finish it, and keep the tasks' changes separate.",
+  custom: "You are in a custom mode the user defined: follow its instructions below."
 }
 
 const workspaceLines = (workspace: TurnWorkspace | undefined): Array<string> => {
@@ -32,15 +43,22 @@ const workspaceLines = (workspace: TurnWorkspace | undefined): Array<string> => 
   return lines
 }
 
+const attribute = (value: string): string => value.replace(/"/g, "'")
+
 /** The system prompt for a turn's settings. */
 export const buildPrompt = (context: PromptContext): string => {
-  const { customSystemPrompt, rules = [], workspace } = context.settings
+  const { customMode, customSystemPrompt, rules = [], workspace } = context.settings
   const mode = modeOfSettings(context.settings)
   const sections: Array<string> = [
     "You are a coding agent working in the user's editor. You act through the tools you are given; the user sees every tool call and its result.",
     MODE_GUIDANCE[mode],
     "Use paths relative to the workspace root or absolute paths inside it. Prefer Grep and Glob over reading whole directories. Quote code with its file path."
   ]
+  if (mode === "custom" && customMode !== undefined) {
+    sections.push(customMode.instructions.trim() === ""
+      ? `<custom_mode name="${attribute(customMode.label)}">\n(The editor did not send this mode's instructions: work as in agent mode.)\n</custom_mode>`
+      : `<custom_mode name="${attribute(customMode.label)}">\n${customMode.instructions.trim()}\n</custom_mode>`)
+  }
   const environment = workspaceLines(workspace)
   if (environment.length > 0) sections.push(`<environment>\n${environment.join("\n")}\n</environment>`)
   const ruleTexts = rules.filter((rule) => rule.content !== "").map((rule) =>
@@ -51,8 +69,15 @@ export const buildPrompt = (context: PromptContext): string => {
   return sections.join("\n\n")
 }
 
-/** The tools offered in a turn: Cursor's native tools for its mode, then the MCP tools it brought. */
+/** The tools offered in a turn: Cursor's native tools for its mode and the web tools allowed, then the MCP tools it brought. */
 export const buildTools = (context: PromptContext): ReadonlyArray<ToolDefinition> =>
-  toolCatalog(modeOfSettings(context.settings), mcpToolsOf(context.settings))
+  toolCatalog(modeOfSettings(context.settings), mcpToolsOf(context.settings), context.settings.webTools)
 
-export const policy = (maxLlmCallsPerTurn: number): Policy => ({ buildPrompt, buildTools, maxLlmCallsPerTurn })
+/** The settings after a tool result: an approved SwitchMode puts the turn in its target mode from the next request on. */
+export const settingsAfter = (settings: TurnSettings, result: ToolResultMessage): TurnSettings => {
+  const text = result.content.flatMap((block) => (block.type === "text" ? [block.text] : [])).join("")
+  const mode = switchedModeOf(result.toolName, result.isError, text)
+  return mode === undefined || mode === settings.mode ? settings : { ...settings, mode }
+}
+
+export const policy = (maxLlmCallsPerTurn: number): Policy => ({ buildPrompt, buildTools, maxLlmCallsPerTurn, settingsAfter })

@@ -25,6 +25,7 @@ import * as Runner from "./Runner.js"
 import * as Store from "./Store.js"
 import * as Tools from "./Tools.js"
 import * as Transport from "./Transport.js"
+import * as Web from "./Web.js"
 import * as SideRpcs from "./transport/SideRpcs.js"
 
 /** A tool call's kind, and whether a restart may run it again (reads) or must not (shell, writes, MCP). */
@@ -103,7 +104,8 @@ const runnerOptions = (current: () => ServerConfig): Runner.RunnerOptions => ({
     buildTools: Prompt.buildTools,
     get maxLlmCallsPerTurn() { return current().maxLlmCallsPerTurn },
     compaction: compactionPolicy(current),
-    promptIdOf: Dialect.promptIdOf
+    promptIdOf: Dialect.promptIdOf,
+    settingsAfter: Prompt.settingsAfter
   },
   classifyTool,
   interruptedResult,
@@ -142,7 +144,8 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
     Runner.layer(runnerOptions(current)).pipe(
       Layer.provideMerge(Transport.layerSessions(transportOptions(current))),
       Layer.provideMerge(FaultInjection.wrapStore(Store.layerSqlite({ filename: database }), faults)),
-      Layer.provideMerge(Router.layerLive(() => current().router))
+      Layer.provideMerge(Router.layerLive(() => current().router)),
+      Layer.provideMerge(Web.layer)
     )))
   const sideRoutes = Layer.unwrapEffect(Effect.map(LiveConfig, ({ current }) => SideRpcs.layerRoutes(() => catalogue(current()))))
   const routes = Layer.mergeAll(Transport.layerRoutes, sideRoutes, Metrics.layerRoutes, Console.layerRoutes)

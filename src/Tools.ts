@@ -2,7 +2,9 @@
  * The tool catalog and the client operations behind each tool.
  *
  * The model is offered Cursor's native tools (Shell, Read, Write, StrReplace, Delete, Grep,
- * Glob, Ls, TodoWrite, and the MCP tools the run request lists), filtered by the Cursor mode.
+ * Glob, Ls, TodoWrite, CreatePlan, AskQuestion, SwitchMode, WebSearch, WebFetch, and the MCP
+ * tools the run request lists), filtered by the Cursor mode. A question tool sends an
+ * interaction query instead of an exec (`Queries.ts`); the web tools then do the server's work.
  * One tool call then runs as a small pure state machine: `startTool` says which exec to send
  * to the client (or finishes at once, for TodoWrite and for invalid arguments), `onExecReply`
  * takes each exec result and says the next exec, a streamed chunk to show, or the final
@@ -17,11 +19,13 @@
  * `Machine.ts` (the machine), `Results.ts` (what every outcome is made of), `Shell.ts`,
  * `Edit.ts`, `Outcomes.ts` (Read, Grep, Glob, Ls and MCP results), `Todo.ts` and `Diff.ts`.
  */
-export { CursorMode, isIdempotent, kindOf, McpToolDescriptor, mcpModelName, ToolKind } from "./tools/Kinds.js"
+export { CursorMode, isIdempotent, kindOf, McpToolDescriptor, mcpModelName, SWITCHABLE_MODES, ToolKind } from "./tools/Kinds.js"
 export { toolCatalog } from "./tools/Catalog.js"
+export type { WebTools } from "./tools/Catalog.js"
 export { mcpArgsJson } from "./tools/Arguments.js"
-export { ToolRun, ToolStep } from "./tools/Model.js"
-export type { CursorToolCall, ExecReply, ExecRequest, ToolContext, ToolOutcome, ToolStart } from "./tools/Model.js"
+export { ServerWork, ToolRun, ToolStep, WorkResult } from "./tools/Model.js"
+export type { CreatedPlan, CursorToolCall, ExecReply, ExecRequest, QueryReply, QueryRequest, ToolContext, ToolOutcome, ToolStart } from "./tools/Model.js"
+export { acceptsReply, answersText, isQueryRun, onQueryReply, onWorkDone, planIdOf, switchedModeOf } from "./tools/Queries.js"
 export { partialCursorToolCall } from "./tools/Results.js"
 export { onExecReply, onExecThrow, startTool } from "./tools/Machine.js"
 export { applyChange } from "./tools/Edit.js"

@@ -11,14 +11,16 @@
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import { HttpLayerRouter, HttpServerResponse } from "@effect/platform"
-import { Chunk, Context, Duration, Effect, Either, FiberSet, Layer, Queue, Schedule, Stream } from "effect"
+import { Chunk, Context, Duration, Effect, Either, FiberSet, Layer, Option, Queue, Schedule, Stream } from "effect"
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage } from "./Dialect.js"
 import { BidiAppendRequestSchema, BidiAppendResponseSchema } from "./gen/aiserver/v1/aiserver_pb.js"
 import type { BidiAppendRequest } from "./gen/aiserver/v1/aiserver_pb.js"
 import { ClientGateway, Runner } from "./Runner.js"
 import { awaitSettled, dropHeld } from "./transport/Acks.js"
-import { accept, makeInputEnv } from "./transport/ClientInput.js"
+import { accept, makeInputEnv, noServerWork } from "./transport/ClientInput.js"
+import { workerOf } from "./transport/Work.js"
+import { Web } from "./Web.js"
 import type { InputEnv } from "./transport/ClientInput.js"
 import { readBody } from "./transport/Body.js"
 import { ConnectError, endStreamFrame, httpStatusOf, parseEnvelopes } from "./transport/Connect.js"
@@ -62,7 +64,9 @@ export class Transport extends Context.Tag("cursor-byok/Transport")<Transport, T
 export const make = Effect.gen(function*() {
   const sessions = yield* Sessions.Sessions
   const runner = yield* Runner
-  const env: InputEnv = makeInputEnv(sessions.env, runner, sessions)
+  // The web tools need the Web service; without it (tests of the transport alone) they are never offered.
+  const web = yield* Effect.serviceOption(Web)
+  const env: InputEnv = makeInputEnv(sessions.env, runner, sessions, Option.match(web, { onNone: () => noServerWork, onSome: workerOf }))
   const { options } = env
   const background = yield* FiberSet.make()
 

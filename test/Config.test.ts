@@ -113,4 +113,61 @@ describe("Config", () => {
       assert.strictEqual(bad.message, "BYOK_COMPACTION must be on or off, got maybe")
     })
   })
+
+  describe("the web section", () => {
+    const withWeb = (web: unknown) => Schema.decodeUnknownSync(FileConfig)({ web })
+    const refusal = (file: FileConfig, env: Record<string, string>) => Effect.runSync(Effect.flip(validate(resolve(file, env), env))).message
+
+    it("defaults: fetch on, 15 s, 2 MiB, 5 redirects, 100,000 characters, no allowed hosts and no search backend", () => {
+      assert.deepStrictEqual(resolve(empty, {}).web, {
+        timeoutMs: 15_000,
+        fetch: { enabled: true, allowHosts: [], maxBytes: 2 * 1024 * 1024, maxRedirects: 5, maxMarkdownChars: 100_000 },
+        search: { backend: undefined, maxResults: 8, chunkChars: 1000 }
+      })
+    })
+
+    it("each backend form decodes: searxng with its URL, brave and tavily with their default key variables and base URLs", () => {
+      assert.deepStrictEqual(resolve(withWeb({ search: { backend: "searxng", url: "http://localhost:8080" } }), {}).web.search.backend, {
+        name: "searxng",
+        url: "http://localhost:8080"
+      })
+      const brave = resolve(withWeb({ search: { backend: "brave", maxResults: 5 } }), { BRAVE_SEARCH_API_KEY: "bk" }).web.search
+      assert.strictEqual(brave.maxResults, 5)
+      assert.deepStrictEqual({ ...brave.backend, apiKey: undefined }, { name: "brave", baseUrl: "https://api.search.brave.com", apiKeyEnv: "BRAVE_SEARCH_API_KEY", apiKey: undefined })
+      const tavily = resolve(withWeb({ search: { backend: "tavily", apiKeyEnv: "MY_TAVILY", baseUrl: "https://tavily.internal" } }), { MY_TAVILY: "tk" }).web.search.backend
+      assert.deepStrictEqual({ ...tavily, apiKey: undefined }, { name: "tavily", baseUrl: "https://tavily.internal", apiKeyEnv: "MY_TAVILY", apiKey: undefined })
+      assert.strictEqual(tavily?.name === "tavily" ? Redacted.value(tavily.apiKey) : "", "tk")
+      assert.deepStrictEqual(resolve(withWeb({ fetch: { allowHosts: ["wiki.corp", "127.0.0.1:9000"] } }), {}).web.fetch.allowHosts, ["wiki.corp", "127.0.0.1:9000"])
+    })
+
+    it("a search key never shows when the configuration is printed", () => {
+      const config = resolve(withWeb({ search: { backend: "brave" } }), { BRAVE_SEARCH_API_KEY: "brave-secret-42" })
+      assert.notInclude(JSON.stringify(config), "brave-secret-42")
+    })
+
+    it("BYOK_WEB_SEARCH picks the backend: searxng=<url>, brave, tavily, or off over the file's", () => {
+      assert.deepStrictEqual(resolve(empty, { BYOK_WEB_SEARCH: "searxng=http://127.0.0.1:8888" }).web.search.backend, { name: "searxng", url: "http://127.0.0.1:8888" })
+      assert.strictEqual(resolve(empty, { BYOK_WEB_SEARCH: "brave", BRAVE_SEARCH_API_KEY: "k" }).web.search.backend?.name, "brave")
+      assert.strictEqual(resolve(empty, { BYOK_WEB_SEARCH: "Tavily", TAVILY_API_KEY: "k" }).web.search.backend?.name, "tavily")
+      const file = withWeb({ search: { backend: "brave", apiKeyEnv: "CORP_BRAVE", maxResults: 3 } })
+      assert.isUndefined(resolve(file, { BYOK_WEB_SEARCH: "off" }).web.search.backend)
+      // The same backend keeps the file's settings (its key variable), and the common ones always stay.
+      const same = resolve(file, { BYOK_WEB_SEARCH: "brave", CORP_BRAVE: "k" }).web.search
+      assert.strictEqual(same.backend?.name === "brave" ? same.backend.apiKeyEnv : "", "CORP_BRAVE")
+      assert.strictEqual(resolve(file, { BYOK_WEB_SEARCH: "searxng=https://search.example" }).web.search.maxResults, 3)
+    })
+
+    it("a BYOK_WEB_SEARCH that is not one of the forms is refused in one line", () => {
+      assert.strictEqual(refusal(empty, { BYOK_WEB_SEARCH: "bing" }), "BYOK_WEB_SEARCH must be searxng=<http(s) URL>, brave, tavily or off, got bing")
+      assert.strictEqual(refusal(empty, { BYOK_WEB_SEARCH: "searxng=localhost:8080" }), "BYOK_WEB_SEARCH must be searxng=<http(s) URL>, brave, tavily or off, got searxng=localhost:8080")
+      assert.strictEqual(refusal(empty, { BYOK_WEB_SEARCH: "searxng" }), "BYOK_WEB_SEARCH must be searxng=<http(s) URL>, brave, tavily or off, got searxng")
+    })
+
+    it("a backend whose key variable is not set is refused in one line naming the variable", () => {
+      assert.strictEqual(refusal(empty, { BYOK_WEB_SEARCH: "brave" }), "web search: the brave backend reads its API key from BRAVE_SEARCH_API_KEY, which is not set")
+      assert.strictEqual(refusal(withWeb({ search: { backend: "tavily", apiKeyEnv: "MY_TAVILY" } }), {}), "web search: the tavily backend reads its API key from MY_TAVILY, which is not set")
+      const fine = resolve(withWeb({ search: { backend: "tavily" } }), { TAVILY_API_KEY: "k" })
+      assert.strictEqual(Effect.runSync(validate(fine, { TAVILY_API_KEY: "k" })).web.search.backend?.name, "tavily")
+    })
+  })
 })

@@ -42,7 +42,23 @@ const cases: ReadonlyArray<readonly [string, unknown, ReadonlyArray<string>]> = 
     `${FILE}: heartbeatMs: expected a positive number, got 0`,
     `${FILE}: limits.appendWindow: expected an integer, got 1.5`
   ]],
-  ["a model given as a string", { providers: [provider], models: ["m"] }, [`${FILE}: models[0]: expected an object, got "m"`]]
+  ["a model given as a string", { providers: [provider], models: ["m"] }, [`${FILE}: models[0]: expected an object, got "m"`]],
+  ["a search backend that does not exist", { web: { search: { backend: "bing" } } }, [
+    `${FILE}: web.search.backend: expected one of "off", "searxng", "brave", "tavily", got "bing"`
+  ]],
+  ["a searxng backend without its URL", { web: { search: { backend: "searxng" } } }, [
+    `${FILE}: web.search.url: is missing: the searxng backend needs the URL of a SearXNG instance`
+  ]],
+  ["a searxng URL without a scheme", { web: { search: { backend: "searxng", url: "localhost:8080" } } }, [
+    `${FILE}: web.search.url: expected an http or https URL, got "localhost:8080"`
+  ]],
+  ["a brave backend given a url (brave takes baseUrl)", { web: { search: { backend: "brave", url: "https://api.search.brave.com" } } }, [
+    `${FILE}: web.search.url: is for the searxng backend only (backend is "brave"); brave and tavily take baseUrl`
+  ]],
+  ["an allowed host written as a URL, and a zero time limit", { web: { timeoutMs: 0, fetch: { allowHosts: ["http://wiki.corp/"] } } }, [
+    `${FILE}: web.timeoutMs: expected a positive number, got 0`,
+    `${FILE}: web.fetch.allowHosts[0]: expected a host or host:port (no scheme, path or user), got "http://wiki.corp/"`
+  ]]
 ]
 
 describe("configuration errors", () => {

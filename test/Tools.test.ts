@@ -31,7 +31,7 @@ import {
   toolCatalog,
   unifiedDiff
 } from "../src/Tools.js"
-import type { ExecReply, McpToolDescriptor, ToolContext, ToolOutcome, ToolRun, ToolStep } from "../src/Tools.js"
+import type { CursorMode, ExecReply, McpToolDescriptor, ToolContext, ToolOutcome, ToolRun, ToolStep } from "../src/Tools.js"
 
 const mcp: McpToolDescriptor = {
   name: "github-search",
@@ -67,15 +67,38 @@ const shellEvent = (event: NonNullable<MessageInitShape<typeof ShellStreamSchema
   reply({ case: "shellStream", value: create(ShellStreamSchema, { event }) })
 
 describe("catalog", () => {
-  const names = (mode: "agent" | "ask" | "plan") => toolCatalog(mode, [mcp]).map((tool) => tool.name)
+  const names = (mode: CursorMode, web = { search: false, fetch: false }) => toolCatalog(mode, [mcp], web).map((tool) => tool.name)
+  const AGENT = ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "TodoWrite", "AskQuestion", "SwitchMode"]
+  const WRITING = ["Shell", "Write", "StrReplace", "Delete"]
 
-  it("agent mode offers every native tool and the run request's MCP tools", () => {
-    assert.deepStrictEqual(names("agent"), ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "TodoWrite", mcpModelName(mcp)])
+  it("agent, debug, multitask and custom modes offer every native tool and the run request's MCP tools", () => {
+    for (const mode of ["agent", "debug", "multitask", "custom"] as const) {
+      assert.deepStrictEqual(names(mode), [...AGENT, mcpModelName(mcp)], mode)
+    }
   })
 
-  it("ask mode is read-only and plan mode adds only the todo list", () => {
-    assert.deepStrictEqual(names("ask"), ["Read", "Grep", "Glob", "Ls"])
-    assert.deepStrictEqual(names("plan"), ["Read", "Grep", "Glob", "Ls", "TodoWrite"])
+  it("ask, plan, project and triage are read-only: no shell, no edits, no MCP", () => {
+    assert.deepStrictEqual(names("ask"), ["Read", "Grep", "Glob", "Ls", "AskQuestion", "SwitchMode"])
+    assert.deepStrictEqual(names("plan"), ["Read", "Grep", "Glob", "Ls", "TodoWrite", "CreatePlan", "AskQuestion", "SwitchMode"])
+    assert.deepStrictEqual(names("project"), names("plan"))
+    assert.deepStrictEqual(names("triage"), ["Read", "Grep", "Glob", "Ls", "TodoWrite", "AskQuestion", "SwitchMode"])
+    for (const mode of ["ask", "plan", "project", "triage"] as const) {
+      for (const name of [...WRITING, mcpModelName(mcp)]) assert.notInclude(names(mode), name, `${mode} offers ${name}`)
+    }
+  })
+
+  it("the web tools are offered only where allowed, after the mode's own tools, in every mode", () => {
+    for (const mode of ["agent", "ask", "plan", "debug", "triage", "project", "multitask", "custom"] as const) {
+      assert.notInclude(names(mode), "WebSearch")
+      assert.notInclude(names(mode), "WebFetch")
+      const both = names(mode, { search: true, fetch: true })
+      assert.deepStrictEqual(both.filter((name) => name.startsWith("Web")), ["WebSearch", "WebFetch"], mode)
+      assert.deepStrictEqual(names(mode, { search: false, fetch: true }).filter((name) => name.startsWith("Web")), ["WebFetch"], mode)
+    }
+  })
+
+  it("a mode's list is the same object every turn (its hash is computed once)", () => {
+    assert.strictEqual(toolCatalog("plan", [], { search: true, fetch: false }), toolCatalog("plan", [], { search: true, fetch: false }))
   })
 
   it("every definition has an object JSON schema, MCP ones keep the server's schema", () => {
@@ -83,9 +106,11 @@ describe("catalog", () => {
     assert.deepStrictEqual(toolCatalog("agent", [mcp]).at(-1)?.parameters, mcp.inputSchema as Record<string, unknown>)
   })
 
-  it("only read-only kinds are idempotent", () => {
+  it("only read-only kinds and questions to the client are idempotent", () => {
     const kinds = ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", mcpModelName(mcp)].map((name) => kindOf(name, [mcp])!)
     assert.deepStrictEqual(kinds.filter(isIdempotent), ["read", "grep", "glob", "ls"])
+    const questions = ["CreatePlan", "AskQuestion", "SwitchMode", "WebSearch", "WebFetch"].map((name) => kindOf(name, [])!)
+    assert.isTrue(questions.every(isIdempotent))
     assert.isUndefined(kindOf("rm_rf", [mcp]))
   })
 })

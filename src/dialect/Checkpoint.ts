@@ -7,12 +7,14 @@ import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import type { JsonValue } from "@bufbuild/protobuf"
 import {
   AgentConversationTurnStructureSchema,
+  ConversationPlanSchema,
   ConversationStateStructureSchema,
   ConversationStepSchema,
   ConversationSummaryArchiveSchema,
   ConversationSummarySchema,
   ConversationTokenDetailsSchema,
   ConversationTurnStructureSchema,
+  PlanRegistryEntrySchema,
   TodoItemSchema,
   ToolCallSchema,
   UserMessageSchema
@@ -20,11 +22,11 @@ import {
 import type { ConversationStateStructure, TodoItem } from "../gen/agent/v1/agent_pb.js"
 import type { Message, ToolCall } from "../Llm.js"
 import { partialCursorToolCall } from "../Tools.js"
-import type { CursorMode, CursorToolCall, McpToolDescriptor } from "../Tools.js"
+import type { CreatedPlan, CursorMode, CursorToolCall, McpToolDescriptor } from "../Tools.js"
 import { bytesToHex, sameBytes, utf8 } from "./Bytes.js"
 import { blobOf } from "./Kv.js"
 import type { Blob } from "./Kv.js"
-import { agentModeOf } from "./UserMessage.js"
+import { agentModeOf } from "./Modes.js"
 
 /** A message as AI-SDK-style JSON, the shape Cursor keeps in `root_prompt_messages_json` blobs. */
 /**
@@ -128,6 +130,10 @@ export interface CheckpointInput {
   readonly thinkingDurationsMs?: Readonly<Record<string, number>>
   readonly pendingToolCalls: ReadonlyArray<ToolCall>
   readonly todos: ReadonlyArray<TodoItem>
+  /** The plans CreatePlan made in this turn, oldest first: the latest is the conversation's `plan`. */
+  readonly plans?: ReadonlyArray<CreatedPlan>
+  /** The mode the conversation is in at the end of the turn (an approved SwitchMode changed it); else the user message's. */
+  readonly mode?: CursorMode
   readonly usedTokens: number
   readonly maxTokens: number
   readonly workspaceUris: ReadonlyArray<string>
@@ -227,7 +233,7 @@ export const projectCheckpoint = (input: CheckpointInput): Checkpoint => {
       summaryMessage: add(promptBlobOf(made.summaryMessage))
     })))
   }))
-  // Fields we do not manage (summaries, plans, file states...) carry over from the client's checkpoint.
+  // Fields we do not manage (file states, subagents...) carry over from the client's checkpoint.
   const checkpoint = input.previous === undefined
     ? create(ConversationStateStructureSchema)
     : clone(ConversationStateStructureSchema, input.previous)
@@ -243,7 +249,12 @@ export const projectCheckpoint = (input: CheckpointInput): Checkpoint => {
   checkpoint.todos = input.todos.map((todo) => toBinary(TodoItemSchema, todo))
   checkpoint.pendingToolCalls = input.pendingToolCalls.map(pendingToolCallJson)
   checkpoint.tokenDetails = create(ConversationTokenDetailsSchema, { usedTokens: input.usedTokens, maxTokens: input.maxTokens })
-  if (userMessage !== undefined) checkpoint.mode = agentModeOf(userMessage.mode)
+  const mode = input.mode ?? userMessage?.mode
+  if (mode !== undefined) checkpoint.mode = agentModeOf(mode)
+  for (const plan of input.plans ?? []) {
+    checkpoint.plan = add(toBinary(ConversationPlanSchema, create(ConversationPlanSchema, { plan: plan.plan })))
+    checkpoint.plans[plan.id] = create(PlanRegistryEntrySchema, { id: plan.id, path: plan.uri })
+  }
   checkpoint.previousWorkspaceUris = [...input.workspaceUris]
   // Cursor stops returning conversation_state unless these are set (TS++ finding).
   checkpoint.agentType = checkpoint.agentType ?? "ide"

@@ -12,7 +12,7 @@ import type {
 } from "../gen/agent/v1/agent_pb.js"
 import type { UserContent, UserMessage } from "../Llm.js"
 import type { TurnSettings, TurnWorkspace } from "../Loop.js"
-import type { CursorMode, ExecReply, McpToolDescriptor } from "../Tools.js"
+import type { CursorMode, ExecReply, McpToolDescriptor, QueryReply } from "../Tools.js"
 
 /** Where the client runs: what the prompt builder may tell the model about the machine (the turn settings' `workspace`). */
 export type WorkspaceInfo = TurnWorkspace
@@ -60,8 +60,9 @@ export interface RunRequest {
   /**
    * What to read back from the client's blob store before the turn starts: the parts of the
    * request context (`ref_only` context transport: the run request names them instead of
-   * carrying them; without them the rules and MCP tools would be missing) and attached images
-   * named only by blob id. Empty when everything came inline. Give what was read to
+   * carrying them; without them the rules and MCP tools would be missing) and attachments
+   * (images, documents, extra context entries, the invocation context) named only by blob id.
+   * Empty when everything came inline. Give what was read to
    * `withContextParts`.
    */
   readonly contextToFetch: ReadonlyArray<ContextPartRef>
@@ -71,7 +72,8 @@ export interface RunRequest {
 
 /** A blob the client keeps that a turn needs: its id (SHA-256 of the bytes) and length (0: not given). */
 export interface ContextPartRef {
-  readonly part: "rules" | "mcps" | "image"
+  /** A request-context part (`rules`, `mcps`), or an attachment named only by blob id. */
+  readonly part: "rules" | "mcps" | "image" | "document" | "extraContext" | "invocationContext"
   readonly blobId: Uint8Array
   readonly byteLength: number
 }
@@ -93,8 +95,11 @@ export type ClientMessage = Data.TaggedEnum<{
   ExecHeartbeat: { readonly id: number }
   /** A KV answer: a blob read back (`getBlob`) or a write acknowledged (`setBlob`, empty error = success). */
   KvResult: { readonly id: number; readonly kind: "getBlob" | "setBlob"; readonly data: Uint8Array | undefined; readonly error: string | undefined }
-  /** We send no interaction queries in v1; `field` is the response case's tag number (cases are not declared). */
-  InteractionResponse: { readonly id: number; readonly field: number | undefined }
+  /**
+   * The client's answer to an interaction query (`resolveQuery`); `reply` undefined for a case
+   * this server does not know (`field` is then its tag number).
+   */
+  InteractionResponse: { readonly id: number; readonly reply: QueryReply | undefined; readonly field: number | undefined }
   /** `client_heartbeat`: liveness only. */
   Heartbeat: {}
   /** `prewarm_request`: the settings of a turn whose user message follows on the same request. */

@@ -21,6 +21,13 @@ export interface RunningExec {
   readonly toolCallId: string
 }
 
+/** A question sent to the client (`InteractionQuery`) and not yet answered. */
+export interface PendingQuery {
+  readonly id: number
+  readonly operationId: string
+  readonly toolCallId: string
+}
+
 /** A KV request sent to the client and not yet answered. */
 export interface PendingKv {
   readonly id: number
@@ -46,6 +53,9 @@ export interface TurnCorrelation {
   readonly nextKvId: number
   readonly execs: ReadonlyArray<RunningExec>
   readonly kvs: ReadonlyArray<PendingKv>
+  /** Interaction query ids start at 1 per request, as exec ids do. */
+  readonly nextQueryId: number
+  readonly queries: ReadonlyArray<PendingQuery>
   /** The model call whose events are being encoded (`model_call_id`), and its streaming tool calls. */
   readonly modelCallId: string
   readonly toolCalls: ReadonlyArray<StreamingToolCall>
@@ -62,6 +72,8 @@ export const initialCorrelation = (requestId: string): TurnCorrelation => ({
   nextKvId: 0,
   execs: [],
   kvs: [],
+  nextQueryId: 1,
+  queries: [],
   modelCallId: "",
   toolCalls: [],
   thinkingStartedAtMs: undefined,

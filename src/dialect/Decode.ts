@@ -6,7 +6,7 @@
  */
 import { fromBinary } from "@bufbuild/protobuf"
 import { Either } from "effect"
-import { AgentClientMessageSchema } from "../gen/agent/v1/agent_pb.js"
+import { AgentClientMessageSchema, AgentMode } from "../gen/agent/v1/agent_pb.js"
 import type {
   AgentClientMessage,
   ConversationAction,
@@ -20,6 +20,7 @@ import { fail, hexToBytes, parse, unknownFields } from "./Bytes.js"
 import type { DialectError } from "./Bytes.js"
 import { ClientMessage } from "./ClientMessage.js"
 import type { BidiEnvelope } from "./ClientMessage.js"
+import { asyncAnswersMessageOf } from "./Plans.js"
 import { decodeRunRequest } from "./RunRequest.js"
 import { toLlmUserMessage } from "./UserMessage.js"
 
@@ -75,7 +76,11 @@ export const fromClientMessage = (message: AgentClientMessage): Decoded => {
     case "kvClientMessage":
       return decodeKv(m.value)
     case "interactionResponse":
-      return Either.right(ClientMessage.InteractionResponse({ id: m.value.id, field: unknownFields(m.value)[0] }))
+      return Either.right(ClientMessage.InteractionResponse({
+        id: m.value.id,
+        reply: m.value.result.case === undefined ? undefined : m.value.result,
+        field: m.value.result.case === undefined ? unknownFields(m.value)[0] : undefined
+      }))
     case "clientHeartbeat":
       return Either.right(ClientMessage.Heartbeat())
     case "prewarmRequest":
@@ -95,15 +100,19 @@ const decodeConversationAction = (value: ConversationAction): Decoded => {
     }
     case "cancelAction":
       return Either.right(ClientMessage.Cancel({ reason: action.value.reason }))
+    case "asyncAskQuestionCompletionAction": {
+      // Late answers to an AskQuestion while a turn runs: a follow-up message like any other.
+      const userMessage = asyncAnswersMessageOf(action.value, AgentMode.AGENT)
+      return Either.right(ClientMessage.UserMessage({ message: toLlmUserMessage(userMessage), messageId: userMessage.messageId, userMessage }))
+    }
     case "resumeAction":
     case "startPlanAction":
     case "summarizeAction":
     case "executePlanAction":
-    case "asyncAskQuestionCompletionAction":
       // These only mean something inside a run_request; on a live request we do not act on them.
       return Either.right(ClientMessage.Unknown({
         where: `ConversationAction.${action.case}`,
-        fields: [({ resumeAction: 2, summarizeAction: 4, startPlanAction: 6, executePlanAction: 7, asyncAskQuestionCompletionAction: 8 } as const)[action.case]]
+        fields: [({ resumeAction: 2, summarizeAction: 4, startPlanAction: 6, executePlanAction: 7 } as const)[action.case]]
       }))
     case undefined:
       return unknownCase("ConversationAction", value)

@@ -13,9 +13,9 @@ import type {
 import { addUsage } from "../Llm.js"
 import type { ResponseEvent, Usage } from "../Llm.js"
 import { partialCursorToolCall } from "../Tools.js"
-import type { CursorToolCall, ExecRequest, McpToolDescriptor } from "../Tools.js"
+import type { CursorToolCall, ExecRequest, McpToolDescriptor, QueryRequest } from "../Tools.js"
 import { server, update } from "./Correlation.js"
-import type { Encoded, RunningExec, TurnCorrelation } from "./Correlation.js"
+import type { Encoded, PendingQuery, RunningExec, TurnCorrelation } from "./Correlation.js"
 import { canceled, EndStream, providerFailure } from "./EndStream.js"
 
 // =============================================================================
@@ -148,6 +148,30 @@ export const encodeExec = (
     message: server({ message: { case: "execServerMessage", value: { id, execId: exec.execId, message: value } } })
   }
 }
+
+/** A question to the client for a tool call: the `InteractionQuery` with the request's next query id. */
+export const encodeQuery = (
+  correlation: TurnCorrelation,
+  request: { readonly operationId: string; readonly toolCallId: string; readonly query: QueryRequest }
+): { readonly correlation: TurnCorrelation; readonly query: PendingQuery; readonly message: AgentServerMessage } => {
+  const id = correlation.nextQueryId
+  const query: PendingQuery = { id, operationId: request.operationId, toolCallId: request.toolCallId }
+  return {
+    correlation: { ...correlation, nextQueryId: id + 1, queries: [...correlation.queries, query] },
+    query,
+    message: server({ message: { case: "interactionQuery", value: { id, query: request.query } } })
+  }
+}
+
+/** The question an `InteractionResponse` answers, if it is still waiting. */
+export const resolveQuery = (correlation: TurnCorrelation, id: number): PendingQuery | undefined =>
+  correlation.queries.find((query) => query.id === id)
+
+/** The question is answered: a second answer to it matches nothing. */
+export const completeQuery = (correlation: TurnCorrelation, id: number): TurnCorrelation => ({
+  ...correlation,
+  queries: correlation.queries.filter((query) => query.id !== id)
+})
 
 /**
  * The running exec a client message belongs to: by numeric `id` (the IDE never echoes

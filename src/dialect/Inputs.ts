@@ -7,7 +7,7 @@ import { AgentRunRequestSchema } from "../gen/agent/v1/agent_pb.js"
 import type { PrewarmRequest, UserMessage as CursorUserMessage } from "../gen/agent/v1/agent_pb.js"
 import type { ToolResultMessage } from "../Llm.js"
 import { Input } from "../Loop.js"
-import type { ClientHistory } from "../Loop.js"
+import type { ClientHistory, TurnSettings, TurnWebTools } from "../Loop.js"
 import { bytesToHex } from "./Bytes.js"
 import type { ClientMessage, RunRequest } from "./ClientMessage.js"
 import { decodeRunRequest } from "./RunRequest.js"
@@ -19,19 +19,28 @@ import { withRequestId } from "./Settings.js"
  * history (so that an edited earlier message or a restored checkpoint rewinds it). Undefined
  * for a run request that starts no turn.
  */
-export const turnInputOf = (run: RunRequest, requestId: string): Input | undefined => {
+export const turnInputOf = (run: RunRequest, requestId: string, server: TurnWebTools = NO_WEB_TOOLS): Input | undefined => {
   const action = run.action
   const clientHistory = clientHistoryOf(run)
   const history = clientHistory === undefined ? {} : { clientHistory }
   switch (action._tag) {
     case "StartTurn":
-      return Input.Start({ ...action.start, settings: withRequestId(action.start.settings, requestId), ...history })
+      return Input.Start({ ...action.start, settings: withServerTools(withRequestId(action.start.settings, requestId), server), ...history })
     case "Summarize":
-      return Input.Summarize({ instructions: action.instructions, settings: withRequestId(action.settings, requestId), ...history })
+      // The summary call sends the conversation's own tools (the cache key): the same as its turns'.
+      return Input.Summarize({ instructions: action.instructions, settings: withServerTools(withRequestId(action.settings, requestId), server), ...history })
     case "Resume":
     case "Unsupported":
       return undefined
   }
+}
+
+const NO_WEB_TOOLS: TurnWebTools = { search: false, fetch: false }
+
+/** The web tools a turn offers: those the client allows (its settings) that this server can do (`server`). */
+const withServerTools = (settings: TurnSettings, server: TurnWebTools): TurnSettings => {
+  const client = settings.webTools ?? NO_WEB_TOOLS
+  return { ...settings, webTools: { search: client.search && server.search, fetch: client.fetch && server.fetch } }
 }
 
 /** The history the client's checkpoint names: its prompt-message blob ids (see `Checkpoint.promptIdOf`). */

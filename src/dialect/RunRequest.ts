@@ -6,6 +6,7 @@
 import { clone, create, fromBinary, toBinary, toJson } from "@bufbuild/protobuf"
 import { ValueSchema } from "@bufbuild/protobuf/wkt"
 import {
+  AgentMode,
   ConversationStateStructureSchema,
   RequestContextMcpsPartSchema,
   RequestContextRulesPartSchema,
@@ -21,11 +22,14 @@ import type {
 import { sha256Bytes } from "../internal/Sha256.js"
 import type { UserContent } from "../Llm.js"
 import type { TurnSettings } from "../Loop.js"
-import type { McpToolDescriptor } from "../Tools.js"
+import type { CursorMode, McpToolDescriptor } from "../Tools.js"
 import { bytesToHex, sameBytes, unknownFields } from "./Bytes.js"
 import { RunAction } from "./ClientMessage.js"
 import type { ContextPartRef, RunRequest, WorkspaceInfo } from "./ClientMessage.js"
-import { attachedImagesOf, cursorModeOf, toLlmUserMessage } from "./UserMessage.js"
+import { attachmentBlobRefsOf } from "./Attachments.js"
+import { cursorModeOf, customModeOf, exitModeOf } from "./Modes.js"
+import { asyncAnswersMessageOf, executePlanMessageOf } from "./Plans.js"
+import { attachedImagesOf, toLlmUserMessage } from "./UserMessage.js"
 
 const mcpDescriptor = (tool: McpToolDefinition): McpToolDescriptor => {
   let inputSchema: unknown = undefined
@@ -78,7 +82,7 @@ const requestContextOf = (request: AgentRunRequest): RequestContext | undefined 
 /** The request context the run request's action carries itself (legacy and dual transport). */
 const inlineRequestContextOf = (request: AgentRunRequest): RequestContext | undefined => {
   const action = request.action?.action
-  return action?.case === "userMessageAction" || action?.case === "resumeAction" || action?.case === "startPlanAction"
+  return action?.case === "userMessageAction" || action?.case === "resumeAction" || action?.case === "startPlanAction" || action?.case === "executePlanAction"
     ? action.value.requestContext
     : undefined
 }
@@ -86,13 +90,25 @@ const inlineRequestContextOf = (request: AgentRunRequest): RequestContext | unde
 /** The run request's user message (a new turn's or a plan's), if it has one. */
 const runUserMessageOf = (request: AgentRunRequest): CursorUserMessage | undefined => {
   const action = request.action?.action
-  return action?.case === "userMessageAction" || action?.case === "startPlanAction" ? action.value.userMessage : undefined
+  switch (action?.case) {
+    case "userMessageAction":
+    case "startPlanAction":
+      return action.value.userMessage
+    case "executePlanAction":
+      return executePlanMessageOf(action.value)
+    case "asyncAskQuestionCompletionAction":
+      // The answers continue the conversation in the mode it was in.
+      return asyncAnswersMessageOf(action.value, request.conversationState?.mode ?? AgentMode.AGENT)
+    default:
+      return undefined
+  }
 }
 
 /**
  * What to read back: the request-context parts in ref_only transport (no inline context), only
- * those this server uses (rules, MCP tools); and attached images named only by blob id that did
- * not come along in `pre_fetched_blobs`.
+ * those this server uses (rules, MCP tools); and attachments named only by blob id (images, then
+ * extra context entries, the invocation context, documents) that did not come along in
+ * `pre_fetched_blobs`, each blob once.
  */
 const contextToFetchOf = (request: AgentRunRequest): ReadonlyArray<ContextPartRef> => {
   const parts = request.action?.requestContextParts
@@ -103,11 +119,13 @@ const contextToFetchOf = (request: AgentRunRequest): ReadonlyArray<ContextPartRe
   }
   const sentAlong = sentAlongOf(request)
   const userMessage = runUserMessageOf(request)
-  for (const image of userMessage === undefined ? [] : attachedImagesOf(userMessage, sentAlong)) {
-    if (image.data === undefined && image.blobId !== undefined && !refs.some((ref) => sameBytes(ref.blobId, image.blobId!))) {
-      refs.push({ part: "image", blobId: image.blobId, byteLength: 0 })
-    }
+  const attachment = (part: ContextPartRef["part"], blobId: Uint8Array) => {
+    if (!sentAlong.has(bytesToHex(blobId)) && !refs.some((ref) => sameBytes(ref.blobId, blobId))) refs.push({ part, blobId, byteLength: 0 })
   }
+  for (const image of userMessage === undefined ? [] : attachedImagesOf(userMessage, sentAlong)) {
+    if (image.data === undefined && image.blobId !== undefined) attachment("image", image.blobId)
+  }
+  for (const ref of attachmentBlobRefsOf(userMessage?.selectedContext)) attachment(ref.part, ref.blobId)
   return refs
 }
 
@@ -117,10 +135,11 @@ const sentAlongOf = (request: AgentRunRequest): ReadonlyMap<string, Uint8Array> 
 
 /**
  * The run request with what was read back from the client (by hex blob id) merged in, as if it
- * had come inline: the request-context parts (rules and MCP tools) and the attached images. A
- * blob that is missing, does not match its id or length, or does not decode is left out and
- * says so in `problems`: the turn goes on without it rather than failing (an image that could
- * not be read becomes a line of text saying so).
+ * had come inline: the request-context parts (rules and MCP tools) and the attachments named by
+ * blob id (images, documents, extra context entries, the invocation context). A blob that is
+ * missing, does not match its id or length, or does not decode is left out and says so in
+ * `problems`: the turn goes on without it rather than failing (an attachment that could not be
+ * read becomes a line of text saying so).
  */
 export const withContextParts = (
   run: RunRequest,
@@ -128,9 +147,17 @@ export const withContextParts = (
 ): { readonly run: RunRequest; readonly problems: ReadonlyArray<string> } => {
   const problems: Array<string> = []
   const context = clone(RequestContextSchema, requestContextOf(run.raw) ?? create(RequestContextSchema))
-  const images = new Map<string, Uint8Array>()
+  const attachments = new Map<string, Uint8Array>()
+  const whatOf: Record<ContextPartRef["part"], string> = {
+    rules: "the rules part of the request context",
+    mcps: "the mcps part of the request context",
+    image: "an attached image",
+    document: "an attached document",
+    extraContext: "an extra context entry",
+    invocationContext: "the invocation context"
+  }
   for (const ref of run.contextToFetch) {
-    const what = ref.part === "image" ? "an attached image" : `the ${ref.part} part of the request context`
+    const what = whatOf[ref.part]
     const data = fetched.get(bytesToHex(ref.blobId))
     if (data === undefined) {
       problems.push(`${what} was not read back`)
@@ -149,13 +176,14 @@ export const withContextParts = (
       } else if (ref.part === "mcps") {
         context.tools = fromBinary(RequestContextMcpsPartSchema, data).tools
       } else {
-        images.set(bytesToHex(ref.blobId), data)
+        // The user message's renderers look attachments up by blob id (Attachments.ts).
+        attachments.set(bytesToHex(ref.blobId), data)
       }
     } catch (cause) {
       problems.push(`${what} does not decode: ${String(cause)}`)
     }
   }
-  return { run: { ...decodeRunRequestIn(run.raw, context, images), contextToFetch: [] }, problems }
+  return { run: { ...decodeRunRequestIn(run.raw, context, attachments), contextToFetch: [] }, problems }
 }
 
 export const decodeRunRequest = (request: AgentRunRequest): RunRequest => decodeRunRequestIn(request, requestContextOf(request), new Map())
@@ -163,14 +191,16 @@ export const decodeRunRequest = (request: AgentRunRequest): RunRequest => decode
 const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestContext | undefined, readBack: ReadonlyMap<string, Uint8Array>): RunRequest => {
   const action = request.action?.action
   const userMessage = runUserMessageOf(request)
-  // Start-plan is a user turn in plan mode, whatever mode the message itself says.
-  const mode = action?.case === "startPlanAction"
+  // Start-plan is a user turn in plan mode, whatever mode the message itself says; a Build runs in
+  // the mode it names (its message carries it); leaving a custom mode goes where the exit says.
+  const mode: CursorMode = action?.case === "startPlanAction"
     ? "plan"
-    : userMessage !== undefined
-    ? cursorModeOf(userMessage.mode)
-    : request.conversationState?.mode !== undefined
-    ? cursorModeOf(request.conversationState.mode)
-    : "agent"
+    : exitModeOf(userMessage) ?? (userMessage !== undefined
+      ? cursorModeOf(userMessage.mode)
+      : request.conversationState?.mode !== undefined
+      ? cursorModeOf(request.conversationState.mode)
+      : "agent")
+  const customMode = mode === "custom" ? customModeOf(userMessage, requestContext) : undefined
   const model = request.requestedModel?.modelId || request.modelDetails?.modelId || ""
   // MCP tools come on the run request and again in the request context; keep the first of each.
   const mcpTools: Array<McpToolDescriptor> = []
@@ -185,6 +215,9 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
   const settings: TurnSettings = {
     model,
     mode,
+    ...(customMode !== undefined ? { customMode } : {}),
+    // What the client allows; the transport keeps only what this server can do (`turnInputOf`).
+    webTools: { search: requestContext?.webSearchEnabled !== false, fetch: requestContext?.webFetchEnabled !== false },
     workspace,
     mcpTools,
     // The workspace's rule files, then the rules that are not files (the user's and the team's).
@@ -204,6 +237,8 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
       break
     case "userMessageAction":
     case "startPlanAction":
+    case "executePlanAction":
+    case "asyncAskQuestionCompletionAction":
       runAction = summarize !== undefined && userMessage !== undefined
         ? RunAction.Summarize({ settings, instructions: summarize, userMessageId: userMessage.messageId, userMessage })
         : userMessage === undefined
@@ -223,10 +258,6 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
       break
     case "cancelAction":
       runAction = RunAction.Unsupported({ field: 3 })
-      break
-    case "executePlanAction":
-    case "asyncAskQuestionCompletionAction":
-      runAction = RunAction.Unsupported({ field: action.case === "executePlanAction" ? 7 : 8 })
       break
     case undefined:
       runAction = RunAction.Unsupported({ field: request.action === undefined ? 0 : unknownFields(request.action)[0] ?? 0 })

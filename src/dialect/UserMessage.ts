@@ -1,22 +1,12 @@
 /**
- * The user's message as the model sees it: Cursor's modes, then the attached images, the
- * selected context and the typed text as one neutral user message.
+ * The user's message as the model sees it: the attached images, the other attachments
+ * (Attachments.ts) and the instruction as one neutral user message. (The modes: `Modes.ts`.)
  */
-import { AgentMode } from "../gen/agent/v1/agent_pb.js"
 import type { UserMessage as CursorUserMessage } from "../gen/agent/v1/agent_pb.js"
 import type { UserContent, UserMessage } from "../Llm.js"
-import type { CursorMode } from "../Tools.js"
+import { attachmentsOf } from "./Attachments.js"
 import { bytesToHex } from "./Bytes.js"
 
-const MODES: Record<number, CursorMode> = { [AgentMode.AGENT]: "agent", [AgentMode.ASK]: "ask", [AgentMode.PLAN]: "plan" }
-
-/** The Cursor mode of a user message (debug, triage... run as agent). */
-export const cursorModeOf = (mode: AgentMode): CursorMode => MODES[mode] ?? "agent"
-
-export const agentModeOf = (mode: CursorMode): AgentMode =>
-  mode === "ask" ? AgentMode.ASK : mode === "plan" ? AgentMode.PLAN : AgentMode.AGENT
-
-/** The text the user typed, as a neutral user message. */
 /** An image the user attached: its bytes when at hand (inline, or among `blobs` by id), else the blob id to read back. */
 interface AttachedImage {
   readonly data: Uint8Array | undefined
@@ -45,47 +35,25 @@ const sniffImageType = (data: Uint8Array): string => {
 }
 
 /**
- * What the user selected to go with the message, as text blocks: files (unless the request
- * context carries the same path, `alreadyAttached`), code and terminal selections, terminals,
- * and extra context.
- */
-const selectionsOf = (message: CursorUserMessage, alreadyAttached: ReadonlySet<string>): Array<UserContent> => {
-  const selected = message.selectedContext
-  if (selected === undefined) return []
-  const text = (value: string): UserContent => ({ type: "text", text: value })
-  const where = (item: { readonly path: string; readonly relativePath?: string | undefined }) =>
-    item.relativePath !== undefined && item.relativePath !== "" ? item.relativePath : item.path
-  const titled = (item: { readonly title?: string | undefined }) => (item.title !== undefined && item.title !== "" ? ` title="${item.title}"` : "")
-  return [
-    ...selected.files.filter((file) => file.content !== "" && !alreadyAttached.has(file.path))
-      .map((file) => text(`<attached_file path="${where(file)}">\n${file.content}\n</attached_file>`)),
-    ...selected.codeSelections.filter((selection) => selection.content !== "")
-      .map((selection) => text(`<code_selection path="${where(selection)}">\n${selection.content}\n</code_selection>`)),
-    ...selected.terminals.filter((terminal) => terminal.content !== "")
-      .map((terminal) => text(`<terminal${titled(terminal)}>\n${terminal.content}\n</terminal>`)),
-    ...selected.terminalSelections.filter((selection) => selection.content !== "")
-      .map((selection) => text(`<terminal_selection${titled(selection)}>\n${selection.content}\n</terminal_selection>`)),
-    ...selected.extraContext.filter((extra) => extra !== "").map(text)
-  ]
-}
-
-/**
  * The model's user message: the attached images (those at hand: inline, sent along or read back
- * by id, `blobs`), what the user selected to go with it (files, code and terminal selections),
- * then the typed text. An image that could not be had is a line of text saying so, never
- * silently dropped.
+ * by id, `blobs`), the other attachments as text (Attachments.ts: files not already in the
+ * request context, `alreadyAttached`; past chats from `pastChats`, digests by agent id), then
+ * the user's instruction (the typed text, or the picked command's content). An image or
+ * attachment that could not be had is a line of text saying so, never silently dropped.
  */
 export const toLlmUserMessage = (
   message: CursorUserMessage,
   blobs: ReadonlyMap<string, Uint8Array> = new Map(),
-  alreadyAttached: ReadonlySet<string> = new Set()
+  alreadyAttached: ReadonlySet<string> = new Set(),
+  pastChats: ReadonlyMap<string, string> = new Map()
 ): UserMessage => {
   const images = attachedImagesOf(message, blobs).map((image): UserContent =>
     image.data !== undefined
       ? { type: "image", data: Buffer.from(image.data.buffer, image.data.byteOffset, image.data.byteLength).toString("base64"), mimeType: image.mimeType !== "" ? image.mimeType : sniffImageType(image.data) }
       : { type: "text", text: `[An attached image${image.path !== "" ? ` (${image.path})` : ""} could not be read from the editor.]` }
   )
-  const before = [...images, ...selectionsOf(message, alreadyAttached)]
+  const attachments = attachmentsOf(message.selectedContext, message.text, { blobs, alreadyAttached, pastChats })
+  const before = [...images, ...attachments.blocks.map((text): UserContent => ({ type: "text", text }))]
   // No empty text block after the rest (some APIs refuse one).
-  return { role: "user", content: message.text === "" && before.length > 0 ? before : [...before, { type: "text", text: message.text }] }
+  return { role: "user", content: attachments.instruction === "" && before.length > 0 ? before : [...before, { type: "text", text: attachments.instruction }] }
 }

@@ -23,9 +23,24 @@ export const ConversationStatus = Schema.Literal(
 )
 export type ConversationStatus = typeof ConversationStatus.Type
 
-/** The client's modes that change what the model may do (Cursor's agent, ask and plan). */
-export const TurnMode = Schema.Literal("agent", "ask", "plan")
+/** Cursor's modes (`AgentMode`): each implies the tools and guidance the model gets. */
+export const TurnMode = Schema.Literal("agent", "ask", "plan", "debug", "triage", "project", "multitask", "custom")
 export type TurnMode = typeof TurnMode.Type
+
+/** A custom mode the user entered: its name and, when the client sent its skill, its instructions. */
+export const TurnCustomMode = Schema.Struct({
+  id: Schema.String,
+  label: Schema.String,
+  instructions: Schema.String
+})
+export type TurnCustomMode = typeof TurnCustomMode.Type
+
+/** The server-side tools a turn may offer: what the client allows and this server can do. */
+export const TurnWebTools = Schema.Struct({
+  search: Schema.Boolean,
+  fetch: Schema.Boolean
+})
+export type TurnWebTools = typeof TurnWebTools.Type
 
 /** Where the client runs, as the run request described it. */
 export const TurnWorkspace = Schema.Struct({
@@ -65,6 +80,8 @@ export type TurnMcpTool = typeof TurnMcpTool.Type
 export const TurnSettings = Schema.Struct({
   model: Schema.String,
   mode: Schema.optional(TurnMode),
+  customMode: Schema.optional(TurnCustomMode),
+  webTools: Schema.optional(TurnWebTools),
   workspace: Schema.optional(TurnWorkspace),
   mcpTools: Schema.optional(Schema.Array(TurnMcpTool)),
   rules: Schema.optional(Schema.Array(TurnRule)),

@@ -51,6 +51,26 @@ export const TodoInput = Schema.Struct({
   merge: OptBool
 })
 export const McpInput = Schema.Record({ key: Schema.String, value: Schema.Unknown })
+const NonEmpty = Schema.String.pipe(Schema.minLength(1, { message: () => "must not be empty" }))
+export const CreatePlanInput = Schema.Struct({
+  name: NonEmpty,
+  overview: OptString,
+  plan: NonEmpty,
+  todos: Schema.optional(Schema.Array(Schema.Struct({ id: Schema.String, content: Schema.String })))
+})
+export const AskQuestionInput = Schema.Struct({
+  title: OptString,
+  questions: Schema.Array(Schema.Struct({
+    id: Schema.String,
+    prompt: NonEmpty,
+    options: Schema.Array(Schema.Struct({ id: Schema.String, label: Schema.String })),
+    allow_multiple: OptBool
+  })).pipe(Schema.minItems(1)),
+  run_async: OptBool
+})
+export const SwitchModeInput = Schema.Struct({ target_mode_id: Schema.String, explanation: OptString })
+export const WebSearchInput = Schema.Struct({ search_term: NonEmpty })
+export const WebFetchInput = Schema.Struct({ url: NonEmpty })
 
 export type GrepInput = typeof GrepInput.Type
 

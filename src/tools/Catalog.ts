@@ -4,6 +4,7 @@
  */
 import type { ToolDefinition } from "../Llm.js"
 import { mcpModelName } from "./Kinds.js"
+import { SWITCHABLE_MODES } from "./Kinds.js"
 import type { CursorMode, McpToolDescriptor, ToolKind } from "./Kinds.js"
 
 const str = (description: string) => ({ type: "string", description })
@@ -108,6 +109,58 @@ const definitions: Record<Exclude<ToolKind, "mcp">, ToolDefinition> = {
       },
       merge: bool("Merge into the existing list instead of replacing it.")
     }, ["todos"])
+  },
+  createPlan: {
+    name: "CreatePlan",
+    description:
+      "Present your finished plan to the user as a plan document they can review, edit and then build (carry out). Call it once, when your investigation is done; then stop and wait for the user.",
+    parameters: object({
+      name: str("A short title for the plan."),
+      overview: str("One or two sentences saying what the plan achieves."),
+      plan: str("The plan in Markdown: the approach, the files to change and how, in order, and how to verify the result."),
+      todos: {
+        type: "array",
+        description: "The plan's steps as a todo list, in order.",
+        items: object({ id: str("Stable id of the step."), content: str("What to do.") }, ["id", "content"])
+      }
+    }, ["name", "plan"])
+  },
+  askQuestion: {
+    name: "AskQuestion",
+    description:
+      "Ask the user one or more multiple-choice questions when a decision is theirs to make and you cannot find the answer yourself. The user may also type a free answer. With run_async the questions stay open while you go on, and the answers arrive later as a message.",
+    parameters: object({
+      title: str("A short title for the questions."),
+      questions: {
+        type: "array",
+        items: object({
+          id: str("Stable id of the question."),
+          prompt: str("The question."),
+          options: { type: "array", items: object({ id: str("Stable id of the option."), label: str("What the user sees.") }, ["id", "label"]) },
+          allow_multiple: bool("The user may pick several options.")
+        }, ["id", "prompt", "options"])
+      },
+      run_async: bool("Do not wait for the answers: go on, and read them when they arrive.")
+    }, ["questions"])
+  },
+  switchMode: {
+    name: "SwitchMode",
+    description:
+      "Ask the user to switch to another mode when the task needs it (for example from plan or ask mode to agent mode to make changes). The user approves or declines; an approved switch applies from your next step.",
+    parameters: object({
+      target_mode_id: { type: "string", enum: SWITCHABLE_MODES, description: "The mode to switch to." },
+      explanation: str("Why the switch is needed, shown to the user.")
+    }, ["target_mode_id"])
+  },
+  webSearch: {
+    name: "WebSearch",
+    description: "Search the web for current information (documentation, releases, errors). Returns titles, links and excerpts; fetch a page with WebFetch to read it whole.",
+    parameters: object({ search_term: str("What to search for.") }, ["search_term"])
+  },
+  webFetch: {
+    name: "WebFetch",
+    description: "Fetch a web page (http or https) and read it as Markdown. Addresses on the user's private network are refused.",
+    parameters: object({ url: str("The absolute URL to fetch.") }, ["url"])
   }
 }
 
@@ -120,23 +173,61 @@ const mcpDefinition = (tool: McpToolDescriptor): ToolDefinition => ({
   parameters: isJsonObject(tool.inputSchema) ? tool.inputSchema : { type: "object", properties: {} }
 })
 
-const READ_ONLY: ReadonlyArray<Exclude<ToolKind, "mcp">> = ["read", "grep", "glob", "ls"]
-const AGENT: ReadonlyArray<Exclude<ToolKind, "mcp">> = ["shell", "read", "write", "edit", "delete", "grep", "glob", "ls", "todoWrite"]
+type NativeKind = Exclude<ToolKind, "mcp">
+
+const READ_ONLY: ReadonlyArray<NativeKind> = ["read", "grep", "glob", "ls"]
+const AGENT: ReadonlyArray<NativeKind> = ["shell", "read", "write", "edit", "delete", "grep", "glob", "ls", "todoWrite", "askQuestion", "switchMode"]
+const PLAN: ReadonlyArray<NativeKind> = [...READ_ONLY, "todoWrite", "createPlan", "askQuestion", "switchMode"]
 
 /**
- * The tools offered in a mode. Ask is read-only; plan may also keep a todo list; agent gets
- * everything including MCP tools. The order is fixed so that the tool list (part of the
- * provider's prompt cache key) is stable across turns.
+ * Each mode's native tools, in a fixed order (the tool list is part of the provider's prompt
+ * cache key). Ask, plan, project and triage are read-only, as Cursor's are: plan and project
+ * end in a plan document (CreatePlan), triage in findings. Agent, debug, multitask and a custom
+ * mode change the workspace, and get the MCP tools.
  */
-export const toolCatalog = (mode: CursorMode, mcpTools: ReadonlyArray<McpToolDescriptor>): ReadonlyArray<ToolDefinition> =>
-  mode === "agent" && mcpTools.length > 0 ? [...nativeCatalogs.agent, ...mcpTools.map(mcpDefinition)] : nativeCatalogs[mode]
+const MODE_TOOLS: Readonly<Record<CursorMode, ReadonlyArray<NativeKind>>> = {
+  agent: AGENT,
+  debug: AGENT,
+  multitask: AGENT,
+  custom: AGENT,
+  ask: [...READ_ONLY, "askQuestion", "switchMode"],
+  plan: PLAN,
+  project: PLAN,
+  triage: [...READ_ONLY, "todoWrite", "askQuestion", "switchMode"]
+}
+
+/** The modes that may change the workspace, and so get the MCP tools. */
+const WRITES: ReadonlyArray<CursorMode> = ["agent", "debug", "multitask", "custom"]
+
+/** The server-side web tools a turn may offer (both off when not said). */
+export interface WebTools {
+  readonly search: boolean
+  readonly fetch: boolean
+}
 
 /**
- * Each mode's native tools, built once: the same list object every turn, so what is derived
- * from it (its canonical JSON and hash, `Llm.toolsHash`) is computed once, not per model call.
+ * Each mode's native tools with the web tools it may offer, built once per combination: the
+ * same list object every turn, so what is derived from it (its canonical JSON and hash,
+ * `Llm.toolsHash`) is computed once, not per model call.
  */
-const nativeCatalogs: Readonly<Record<CursorMode, ReadonlyArray<ToolDefinition>>> = {
-  ask: READ_ONLY.map((kind) => definitions[kind]),
-  plan: [...READ_ONLY, "todoWrite" as const].map((kind) => definitions[kind]),
-  agent: AGENT.map((kind) => definitions[kind])
+const nativeCatalogs = new Map<string, ReadonlyArray<ToolDefinition>>()
+
+const nativeCatalog = (mode: CursorMode, web: WebTools): ReadonlyArray<ToolDefinition> => {
+  const key = `${mode}:${web.search}:${web.fetch}`
+  const cached = nativeCatalogs.get(key)
+  if (cached !== undefined) return cached
+  const kinds: Array<NativeKind> = [...MODE_TOOLS[mode]]
+  if (web.search) kinds.push("webSearch")
+  if (web.fetch) kinds.push("webFetch")
+  const catalog = kinds.map((kind) => definitions[kind])
+  nativeCatalogs.set(key, catalog)
+  return catalog
+}
+
+const NO_WEB: WebTools = { search: false, fetch: false }
+
+/** The tools offered in a mode: Cursor's native tools for it, the web tools allowed, then (in the modes that write) the MCP tools. */
+export const toolCatalog = (mode: CursorMode, mcpTools: ReadonlyArray<McpToolDescriptor>, web: WebTools = NO_WEB): ReadonlyArray<ToolDefinition> => {
+  const native = nativeCatalog(mode, web)
+  return WRITES.includes(mode) && mcpTools.length > 0 ? [...native, ...mcpTools.map(mcpDefinition)] : native
 }

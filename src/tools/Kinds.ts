@@ -9,15 +9,38 @@ import { TurnMcpTool, TurnMode } from "../Loop.js"
 export const CursorMode = TurnMode
 export type CursorMode = TurnMode
 
-export const ToolKind = Schema.Literal("shell", "read", "write", "edit", "grep", "glob", "ls", "delete", "mcp", "todoWrite")
+/** The modes SwitchMode may go to (a custom mode is the user's to enter). */
+export const SWITCHABLE_MODES: ReadonlyArray<CursorMode> = ["agent", "ask", "plan", "debug", "multitask"]
+
+export const ToolKind = Schema.Literal(
+  "shell",
+  "read",
+  "write",
+  "edit",
+  "grep",
+  "glob",
+  "ls",
+  "delete",
+  "mcp",
+  "todoWrite",
+  "createPlan",
+  "askQuestion",
+  "switchMode",
+  "webSearch",
+  "webFetch"
+)
 export type ToolKind = typeof ToolKind.Type
+
+/** The kinds that are a question to the client (an `InteractionQuery`), not an exec. */
+export const QUERY_KINDS: ReadonlyArray<ToolKind> = ["createPlan", "askQuestion", "switchMode", "webSearch", "webFetch"]
 
 /**
  * Read-only kinds may be re-run after a crash without asking; the others changed the
- * workspace (or an MCP server) and must not be repeated blindly.
+ * workspace (or an MCP server) and must not be repeated blindly. A question to the client is
+ * asked again (its answer was never applied), and a web search or fetch only reads.
  */
 export const isIdempotent = (kind: ToolKind): boolean =>
-  kind === "read" || kind === "grep" || kind === "glob" || kind === "ls" || kind === "todoWrite"
+  kind === "read" || kind === "grep" || kind === "glob" || kind === "ls" || kind === "todoWrite" || QUERY_KINDS.includes(kind)
 
 /**
  * An MCP tool as the run request described it (`name` is what Cursor wants back in
@@ -44,7 +67,12 @@ const BUILTIN: Record<string, ToolKind> = {
   Grep: "grep",
   Glob: "glob",
   Ls: "ls",
-  TodoWrite: "todoWrite"
+  TodoWrite: "todoWrite",
+  CreatePlan: "createPlan",
+  AskQuestion: "askQuestion",
+  SwitchMode: "switchMode",
+  WebSearch: "webSearch",
+  WebFetch: "webFetch"
 }
 
 /** The kind of a model tool name, or undefined for a name we never offered. */

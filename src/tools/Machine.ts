@@ -49,6 +49,7 @@ import { ToolRun, ToolStep } from "./Model.js"
 import type { EditChange, ExecReply, ToolContext, ToolStart } from "./Model.js"
 import { filesOf, formatGrep, formatTree, mcpOutcome, readOutcome } from "./Outcomes.js"
 import { describeFailure, done, failed, partialCursorToolCall, resultMessage, startedOf, unexpected, withId } from "./Results.js"
+import { isQueryRun, startQuery } from "./Queries.js"
 import { onShell } from "./Shell.js"
 import { todoWrite } from "./Todo.js"
 
@@ -192,6 +193,12 @@ export const startTool = (call: ToolCall, context: ToolContext): ToolStart => {
       if (Either.isLeft(parsed)) return invalid(parsed.left)
       return todoWrite(call, parsed.right, context.todos)
     }
+    case "createPlan":
+    case "askQuestion":
+    case "switchMode":
+    case "webSearch":
+    case "webFetch":
+      return startQuery(kind, call, context)
   }
 }
 
@@ -200,7 +207,7 @@ export const startTool = (call: ToolCall, context: ToolContext): ToolStart => {
  * bug) ends the call with an error result rather than leaving the model waiting.
  */
 export const onExecReply = (run: ToolRun, reply: ExecReply): ToolStep =>
-  ToolRun.$match(run, {
+  isQueryRun(run) ? unexpected(run, reply) : ToolRun.$match(run, {
     Shell: (shell) => onShell(shell, reply),
     Read: (read) => {
       if (reply.case !== "readResult" && reply.case !== "redactedReadResult") return unexpected(run, reply)
@@ -265,7 +272,12 @@ export const onExecReply = (run: ToolRun, reply: ExecReply): ToolStep =>
     Mcp: ({ args, call, tool }) => {
       if (reply.case !== "mcpResult") return unexpected(run, reply)
       return done(mcpOutcome(call, mcpArgs(call, tool, args), reply.value))
-    }
+    },
+    CreatePlan: () => unexpected(run, reply),
+    AskQuestion: () => unexpected(run, reply),
+    SwitchMode: () => unexpected(run, reply),
+    WebSearch: () => unexpected(run, reply),
+    WebFetch: () => unexpected(run, reply)
   })
 
 /** The client could not run the exec at all (`exec_client_control_message.throw`). */

@@ -4,17 +4,23 @@
  * operation), the next step, and the outcome in its two views (text for the model, Cursor's
  * typed `ToolCall` for the UI).
  */
+import type { MessageInitShape } from "@bufbuild/protobuf"
 import { Data } from "effect"
 import type {
+  AskQuestionArgs,
+  CreatePlanArgs,
   ExecClientMessage,
   ExecServerMessage,
+  InteractionQuerySchema,
+  InteractionResponse,
+  SwitchModeArgs,
   TodoItem,
   ToolCall as CursorToolCall,
   ToolCallDelta
 } from "../gen/agent/v1/agent_pb.js"
 import type { ToolCall, ToolResultMessage } from "../Llm.js"
 import type { GrepInput } from "./Arguments.js"
-import type { McpToolDescriptor } from "./Kinds.js"
+import type { CursorMode, McpToolDescriptor } from "./Kinds.js"
 
 export type { CursorToolCall }
 
@@ -22,12 +28,41 @@ export type { CursorToolCall }
 export type ExecRequest = Exclude<ExecServerMessage["message"], { case: undefined }>
 /** One exec answer from the client: the `ExecClientMessage` oneof (a shell stream arrives as several). */
 export type ExecReply = Exclude<ExecClientMessage["message"], { case: undefined }>
+/** A question to the client: the `InteractionQuery` oneof, without its id (as init data: the Dialect makes the message). */
+export type QueryRequest = Exclude<NonNullable<MessageInitShape<typeof InteractionQuerySchema>["query"]>, { case: undefined }>
+/** The client's answer to a question: the `InteractionResponse` oneof. */
+export type QueryReply = Exclude<InteractionResponse["result"], { case: undefined }>
+
+/** Work the server does itself once the client approved it (a web search or fetch). */
+export type ServerWork = Data.TaggedEnum<{
+  Search: { readonly query: string }
+  Fetch: { readonly url: string }
+}>
+export const ServerWork = Data.taggedEnum<ServerWork>()
+
+/** What the server's work gave: search results, a page, or why it failed (a sentence for the model). */
+export type WorkResult = Data.TaggedEnum<{
+  Searched: { readonly references: ReadonlyArray<{ readonly title: string; readonly url: string; readonly chunk: string }> }
+  Fetched: { readonly url: string; readonly markdown: string; readonly truncated: boolean }
+  Failed: { readonly error: string; readonly refused: boolean }
+}>
+export const WorkResult = Data.taggedEnum<WorkResult>()
 
 /** What a server-side tool needs to know besides its arguments. */
 export interface ToolContext {
   readonly mcpTools: ReadonlyArray<McpToolDescriptor>
   /** The conversation's todo list as TodoWrite last left it. */
   readonly todos: ReadonlyArray<TodoItem>
+  /** The mode the model is in now (SwitchMode says where it switches from); agent when not said. */
+  readonly mode?: CursorMode
+}
+
+/** A plan CreatePlan made: the checkpoint keeps it (`plan`, and `plans` by id). */
+export interface CreatedPlan {
+  readonly id: string
+  readonly name: string
+  readonly uri: string
+  readonly plan: string
 }
 
 export interface ToolOutcome {
@@ -35,8 +70,10 @@ export interface ToolOutcome {
   readonly message: ToolResultMessage
   /** What the Cursor UI shows in `tool_call_completed`: the typed args and result. */
   readonly cursor: CursorToolCall
-  /** Set by TodoWrite: the conversation's new todo list, for the runner to keep. */
+  /** Set by TodoWrite (and CreatePlan's todos): the conversation's new todo list, for the runner to keep. */
   readonly todos?: ReadonlyArray<TodoItem>
+  /** Set by CreatePlan when the client made the plan. */
+  readonly plan?: CreatedPlan
 }
 
 export interface ShellOutput {
@@ -64,12 +101,21 @@ export type ToolRun = Data.TaggedEnum<{
   Glob: { readonly call: ToolCall; readonly pattern: string; readonly directory: string }
   Ls: { readonly call: ToolCall; readonly path: string; readonly ignore: ReadonlyArray<string> }
   Mcp: { readonly call: ToolCall; readonly tool: McpToolDescriptor; readonly args: Record<string, unknown> }
+  CreatePlan: { readonly call: ToolCall; readonly args: CreatePlanArgs }
+  AskQuestion: { readonly call: ToolCall; readonly args: AskQuestionArgs }
+  SwitchMode: { readonly call: ToolCall; readonly args: SwitchModeArgs; readonly from: CursorMode }
+  WebSearch: { readonly call: ToolCall; readonly query: string; readonly phase: "approval" | "searching" }
+  WebFetch: { readonly call: ToolCall; readonly url: string; readonly phase: "approval" | "fetching" }
 }>
 export const ToolRun = Data.taggedEnum<ToolRun>()
 
 export type ToolStep = Data.TaggedEnum<{
   /** Send this exec to the client and feed its replies to `onExecReply` with `run`. */
   Exec: { readonly run: ToolRun; readonly exec: ExecRequest }
+  /** Ask the client this question and feed its answer to `onQueryReply` with `run`. */
+  Query: { readonly run: ToolRun; readonly query: QueryRequest }
+  /** Do this work on the server and feed what it gave to `onWorkDone` with `run`. */
+  Work: { readonly run: ToolRun; readonly work: ServerWork }
   /** A streamed chunk was taken in: show `delta` (if any) as `tool_call_delta`, keep waiting on the same exec. */
   Continue: { readonly run: ToolRun; readonly delta: ToolCallDelta | undefined }
   /** The tool call is finished. */

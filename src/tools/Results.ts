@@ -32,7 +32,8 @@ import { grepArgs, mcpArgs, readToolArgs } from "./Arguments.js"
 import { kindOf } from "./Kinds.js"
 import type { McpToolDescriptor } from "./Kinds.js"
 import { ToolRun, ToolStep } from "./Model.js"
-import type { ExecReply, ToolOutcome } from "./Model.js"
+import type { ToolOutcome } from "./Model.js"
+import { failedCase, startedOf as queryStartedOf } from "./Queries.js"
 
 /** Output kept for the model from one command; the middle is elided beyond this. */
 export const MODEL_OUTPUT_LIMIT = 30_000
@@ -70,6 +71,16 @@ export const partialCursorToolCall = (name: string, mcpTools: ReadonlyArray<McpT
       return create(ToolCallSchema, { tool: { case: "mcpToolCall", value: {} } })
     case "todoWrite":
       return create(ToolCallSchema, { tool: { case: "updateTodosToolCall", value: {} } })
+    case "createPlan":
+      return create(ToolCallSchema, { tool: { case: "createPlanToolCall", value: {} } })
+    case "askQuestion":
+      return create(ToolCallSchema, { tool: { case: "askQuestionToolCall", value: {} } })
+    case "switchMode":
+      return create(ToolCallSchema, { tool: { case: "switchModeToolCall", value: {} } })
+    case "webSearch":
+      return create(ToolCallSchema, { tool: { case: "webSearchToolCall", value: {} } })
+    case "webFetch":
+      return create(ToolCallSchema, { tool: { case: "webFetchToolCall", value: {} } })
     case undefined:
       return create(ToolCallSchema, {})
   }
@@ -109,6 +120,7 @@ export const failed = (call: ToolCall, text: string, started?: CursorToolCall): 
       typed = { case: "updateTodosToolCall", value: create(UpdateTodosToolCallSchema, { ...tool.value, result: create(UpdateTodosResultSchema, { result: { case: "error", value: { error: text } } }) }) }
       break
     default:
+      typed = failedCase(tool, text)
       break
   }
   return { message: resultMessage(call, text, true), cursor: withId(call, typed) }
@@ -128,10 +140,15 @@ export const startedOf = (run: ToolRun): CursorToolCall =>
     Glob: ({ call, directory, pattern }) =>
       withId(call, { case: "globToolCall", value: create(GlobToolCallSchema, { args: { globPattern: pattern, targetDirectory: directory } }) }),
     Ls: ({ call, ignore, path }) => withId(call, { case: "lsToolCall", value: create(LsToolCallSchema, { args: { path, ignore: [...ignore], toolCallId: call.id } }) }),
-    Mcp: ({ args, call, tool }) => withId(call, { case: "mcpToolCall", value: create(McpToolCallSchema, { args: mcpArgs(call, tool, args) }) })
+    Mcp: ({ args, call, tool }) => withId(call, { case: "mcpToolCall", value: create(McpToolCallSchema, { args: mcpArgs(call, tool, args) }) }),
+    CreatePlan: queryStartedOf,
+    AskQuestion: queryStartedOf,
+    SwitchMode: queryStartedOf,
+    WebSearch: queryStartedOf,
+    WebFetch: queryStartedOf
   })
 
-export const unexpected = (run: ToolRun, reply: ExecReply): ToolStep =>
+export const unexpected = (run: ToolRun, reply: { readonly case: string }): ToolStep =>
   done(failed(run.call, `The client answered ${run.call.name} with an unexpected ${reply.case}.`, startedOf(run)))
 
 /** The name of a failed result case, plus its error text when it has one. */

@@ -12,7 +12,7 @@ import type { Context } from "effect"
 import * as Dialect from "../Dialect.js"
 import type { ClientMessage, RunRequest } from "../Dialect.js"
 import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
-import type { Input } from "../Loop.js"
+import type { Input, TurnWebTools } from "../Loop.js"
 import type { Runner } from "../Runner.js"
 import * as Tools from "../Tools.js"
 import { dropHeld, settle } from "./Acks.js"
@@ -23,20 +23,33 @@ import * as Resume from "./Resume.js"
 import { conversationOf, inputIdOf, isEnded, isReplay, isUnresolved, Lifecycle, write } from "./Session.js"
 import type { Session, SessionEnv, Taken } from "./Session.js"
 import type { SessionsService } from "./Sessions.js"
-import { onExecReply } from "./ToolOps.js"
-import type { ToolDone } from "./ToolOps.js"
+import { isWork, onExecReply, onQueryReply, onWorkDone } from "./ToolOps.js"
+import type { ToolDone, WorkToDo } from "./ToolOps.js"
 import { endSession } from "./TurnEnd.js"
+
+/** The work the server does itself for approved tool calls (web search and fetch), and which of it it can do now. */
+export interface ServerWorker {
+  readonly capabilities: () => TurnWebTools
+  readonly perform: (work: Tools.ServerWork) => Effect.Effect<Tools.WorkResult>
+}
+
+/** A server that does no work of its own: the web tools are never offered. */
+export const noServerWork: ServerWorker = {
+  capabilities: () => ({ search: false, fetch: false }),
+  perform: () => Effect.succeed(Tools.WorkResult.Failed({ error: "This server does no web work.", refused: true }))
+}
 
 /** What handing on a client message needs beyond the session: the runner, the registry, and `handOn` (for `Recovery.ts`). */
 export interface InputEnv extends SessionEnv {
   readonly runner: Context.Tag.Service<Runner>
   readonly sessions: SessionsService
+  readonly worker: ServerWorker
   readonly handOn: (session: Session, ready: ReadonlyArray<Taken>) => Effect.Effect<void>
 }
 
 /** The env of the client's messages; `handOn` is this module's, bound to it. */
-export const makeInputEnv = (base: SessionEnv, runner: Context.Tag.Service<Runner>, sessions: SessionsService): InputEnv => {
-  const env: InputEnv = { ...base, runner, sessions, handOn: (session, ready) => handOn(env, session, ready) }
+export const makeInputEnv = (base: SessionEnv, runner: Context.Tag.Service<Runner>, sessions: SessionsService, worker: ServerWorker = noServerWork): InputEnv => {
+  const env: InputEnv = { ...base, runner, sessions, worker, handOn: (session, ready) => handOn(env, session, ready) }
   return env
 }
 
@@ -98,16 +111,34 @@ const handle = (env: InputEnv, request: Session, seqno: number, message: ClientM
       return Effect.flatMap(onExecReply(session, message.id, undefined, (run) => Tools.onExecThrow(run, message.error), true), submitToolDone(env, durable))
     case "KvResult":
       return onKvResult(session, message)
+    case "InteractionResponse":
+      return Effect.flatMap(onQueryReply(session, message.id, message.reply), (step) =>
+        isWork(step) ? startWork(env, session, step) : submitToolDone(env, durable)(step))
     case "Unknown":
       return Effect.logInfo(`transport: ${session.requestId}: ${message.where} (fields ${message.fields.join(",") || "none"}) is not supported by this server; acknowledged, nothing changed`)
     case "ExecStreamClose":
     case "ExecHeartbeat":
-    case "InteractionResponse":
     case "Heartbeat":
       // Liveness only: a stream close is never a result (it may arrive before the result).
       return Effect.void
   }
 }
+
+/**
+ * The server's work for an approved tool call runs in the background, off the request's lock
+ * (a fetch may take seconds; the client's other messages go on meanwhile). Its result goes back
+ * through the tool machine under the lock and is submitted like any tool result; a turn that was
+ * canceled meanwhile drops it (`onWorkDone`).
+ */
+const startWork = (env: InputEnv, session: Session, todo: WorkToDo): Effect.Effect<void> =>
+  FiberSet.run(env.background, Effect.gen(function*() {
+    const result = yield* env.worker.perform(todo.work)
+    const done = yield* session.lock.withPermits(1)(onWorkDone(session, todo, result))
+    if (done === undefined) return
+    const committed: Array<Effect.Effect<void>> = []
+    yield* submitToolDone(env, committed)(done)
+    yield* Effect.all(committed, { discard: true })
+  }).pipe(Effect.catchAllCause((cause) => Effect.logError(`transport: ${session.requestId}: ${todo.run.call.name} failed on the server`, cause)))).pipe(Effect.asVoid)
 
 const onKvResult = (session: Session, message: Extract<ClientMessage, { _tag: "KvResult" }>) => {
   const resolved = Dialect.resolveKv(session.correlation, message.id)
@@ -149,7 +180,7 @@ const onRunRequest = (env: InputEnv, session: Session, seqno: number, run: RunRe
         if (action.userMessageId !== "") session.turnKey = action.userMessageId
         // A summarize reads the context back too: its call must send the same system prompt (the rules) to hit the cache.
         if (run.contextToFetch.length > 0) return yield* startAfterContext(env, session, seqno, run, durable)
-        const input = Dialect.turnInputOf(run, session.requestId)
+        const input = Dialect.turnInputOf(run, session.requestId, env.worker.capabilities())
         if (input === undefined) return
         return yield* submitDurably(env, durable, session.conversationId, input, inputIdOf(session, seqno))
       }
@@ -211,7 +242,7 @@ const startAfterContext = (env: InputEnv, session: Session, seqno: number, run: 
         ), { concurrency: "unbounded", discard: true })
       const merged = Dialect.withContextParts(run, fetched)
       for (const problem of merged.problems) yield* Effect.logWarning(`transport: ${session.requestId}: ${problem}; the turn starts without it`)
-      const input = Dialect.turnInputOf(merged.run, session.requestId)
+      const input = Dialect.turnInputOf(merged.run, session.requestId, env.worker.capabilities())
       if (isEnded(session) || input === undefined) return
       session.run = merged.run
       const committed: Array<Effect.Effect<void>> = []

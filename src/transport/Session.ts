@@ -16,7 +16,7 @@ import type { ClientMessage, RunRequest } from "../Dialect.js"
 import type { CursorMode } from "../Tools.js"
 import type { AgentServerMessage, ConversationStateStructure, PrewarmRequest, TodoItem, ToolCall as CursorToolCall } from "../gen/agent/v1/agent_pb.js"
 import type { TurnRef } from "../Runner.js"
-import type { ToolRun } from "../Tools.js"
+import type { CreatedPlan, ToolRun } from "../Tools.js"
 import { emptyInbox } from "./AppendInbox.js"
 import type { AppendInbox } from "./AppendInbox.js"
 import { envelope } from "./Connect.js"
@@ -119,6 +119,8 @@ export interface Session {
   /** The checkpoint this stream last published: the next turn on the stream builds on it. */
   lastCheckpoint: ConversationStateStructure | undefined
   todos: ReadonlyArray<TodoItem>
+  /** The plans CreatePlan made (those the client's checkpoint held first), for the checkpoint's `plan` and `plans`. */
+  plans: ReadonlyArray<CreatedPlan>
   /** Typed tool calls as the UI saw them complete, for the checkpoint's steps. */
   cursorToolCalls: Record<string, CursorToolCall>
   /** The compactions the current turn made, for its checkpoint's summary fields. */
@@ -168,6 +170,7 @@ export const makeSession = (requestId: string, atMs: number): Effect.Effect<Sess
     nextTurnStarted: undefined,
     lastCheckpoint: undefined,
     todos: [],
+    plans: [],
     cursorToolCalls: {},
     summaries: [],
     operations: new Map(),

@@ -10,7 +10,7 @@ import * as Dialect from "../Dialect.js"
 import type { ToolResultMessage } from "../Llm.js"
 import type { DispatchedOperation, TurnRef } from "../Runner.js"
 import * as Tools from "../Tools.js"
-import type { ToolRun, ToolStep } from "../Tools.js"
+import type { QueryReply, ServerWork, ToolRun, ToolStep } from "../Tools.js"
 import { write } from "./Session.js"
 import type { RunningOperation, Session } from "./Session.js"
 
@@ -22,13 +22,28 @@ export interface ToolDone {
   readonly inputId: string
 }
 
+/** Work the server is to do for a tool call the client approved (a web search or fetch): the caller runs it off the request's lock. */
+export interface WorkToDo {
+  readonly _tag: "Work"
+  readonly operation: RunningOperation
+  readonly run: ToolRun
+  readonly work: ServerWork
+}
+
+export const isWork = (step: ToolDone | WorkToDo | undefined): step is WorkToDo => step !== undefined && "work" in step
+
+/** Only a final result: exec answers and the work's own end never lead to more work. */
+const doneOnly = (step: ToolDone | WorkToDo | undefined): ToolDone | undefined => (isWork(step) ? undefined : step)
+
 export const toolContext = (session: Session, turn: TurnRef | undefined): Tools.ToolContext => ({
   mcpTools: session.run?.mcpTools ?? (turn === undefined ? [] : Dialect.mcpToolsOf(turn.settings)),
-  todos: session.todos
+  todos: session.todos,
+  // The committed settings: an approved SwitchMode is in them from the next tool call on.
+  mode: turn === undefined ? "agent" : Dialect.modeOfSettings(turn.settings)
 })
 
-/** Carries a tool machine's step out: an exec to send, a chunk to show, or the final result (returned). */
-const advance = (session: Session, operation: RunningOperation, step: ToolStep): Effect.Effect<ToolDone | undefined> =>
+/** Carries a tool machine's step out: an exec or a question to send, a chunk to show, work for the server, or the final result (returned). */
+const advance = (session: Session, operation: RunningOperation, step: ToolStep): Effect.Effect<ToolDone | WorkToDo | undefined> =>
   Effect.gen(function*() {
     const ids = { toolCallId: operation.toolCallId, modelCallId: operation.modelCallId }
     switch (step._tag) {
@@ -38,6 +53,17 @@ const advance = (session: Session, operation: RunningOperation, step: ToolStep):
         session.correlation = sent.correlation
         yield* write(session, [sent.message])
         return undefined
+      }
+      case "Query": {
+        operation.run = step.run
+        const sent = Dialect.encodeQuery(session.correlation, { operationId: operation.operationId, toolCallId: operation.toolCallId, query: step.query })
+        session.correlation = sent.correlation
+        yield* write(session, [sent.message])
+        return undefined
+      }
+      case "Work": {
+        operation.run = step.run
+        return { _tag: "Work", operation, run: step.run, work: step.work } satisfies WorkToDo
       }
       case "Continue": {
         operation.run = step.run
@@ -49,6 +75,7 @@ const advance = (session: Session, operation: RunningOperation, step: ToolStep):
         const { outcome } = step
         session.cursorToolCalls[operation.toolCallId] = outcome.cursor
         if (outcome.todos !== undefined) session.todos = outcome.todos
+        if (outcome.plan !== undefined) session.plans = [...session.plans.filter((plan) => plan.id !== outcome.plan!.id), outcome.plan]
         session.operations.delete(operation.operationId)
         yield* write(session, [Dialect.encodeToolCompleted(ids, outcome.cursor, { startedAtMs: operation.startedAtMs, completedAtMs })])
         return {
@@ -75,7 +102,8 @@ export const startOperation = (session: Session, turn: TurnRef, dispatched: Disp
     session.operations.set(operation.operationId, operation)
     const { started, step } = Tools.startTool(dispatched.toolCall, toolContext(session, turn))
     yield* write(session, [Dialect.encodeToolStarted({ toolCallId: operation.toolCallId, modelCallId: operation.modelCallId }, started, startedAtMs)])
-    return yield* advance(session, operation, step)
+    // A tool starts with an exec, a question or its result; never with the server's work (that follows an approval).
+    return doneOnly(yield* advance(session, operation, step))
   })
 
 /** An exec answer from the client: the running exec it belongs to, its tool machine's next step. */
@@ -94,5 +122,42 @@ export const onExecReply = (
       return undefined
     }
     if (finished) session.correlation = Dialect.completeExec(session.correlation, exec.id)
-    return yield* advance(session, operation, next(operation.run))
+    return doneOnly(yield* advance(session, operation, next(operation.run)))
+  })
+
+/**
+ * The client's answer to a question: the waiting question it belongs to, its tool machine's next
+ * step. An answer to no waiting question (unknown, answered already, or for an operation that
+ * ended), or of another kind than the question, changes nothing: logged, dropped.
+ */
+export const onQueryReply = (session: Session, id: number, reply: QueryReply | undefined): Effect.Effect<ToolDone | WorkToDo | undefined> =>
+  Effect.gen(function*() {
+    const query = Dialect.resolveQuery(session.correlation, id)
+    const operation = query === undefined ? undefined : session.operations.get(query.operationId)
+    if (query === undefined || operation === undefined || operation.run === undefined) {
+      yield* Effect.logInfo(`transport: ${session.requestId}: an answer to interaction query ${id}, which is not waiting; acknowledged, nothing changed`)
+      return undefined
+    }
+    const run = operation.run
+    if (reply === undefined || !Tools.isQueryRun(run) || !Tools.acceptsReply(run, reply)) {
+      yield* Effect.logWarning(`transport: ${session.requestId}: interaction query ${id} (${run.call.name}) answered with ${reply?.case ?? "an unknown case"}; acknowledged, still waiting`)
+      return undefined
+    }
+    session.correlation = Dialect.completeQuery(session.correlation, id)
+    return yield* advance(session, operation, Tools.onQueryReply(run, reply))
+  })
+
+/**
+ * What the server's work gave, for the operation that asked for it: its final result. Nothing
+ * when the operation is gone (the turn was canceled or ended meanwhile).
+ */
+export const onWorkDone = (session: Session, todo: WorkToDo, result: Tools.WorkResult): Effect.Effect<ToolDone | undefined> =>
+  Effect.gen(function*() {
+    const operation = session.operations.get(todo.operation.operationId)
+    const run = operation?.run
+    if (operation === undefined || run !== todo.run || (run._tag !== "WebSearch" && run._tag !== "WebFetch")) {
+      yield* Effect.logDebug(`transport: ${session.requestId}: ${todo.run.call.name} finished after its turn moved on; dropped`)
+      return undefined
+    }
+    return doneOnly(yield* advance(session, operation, Tools.onWorkDone(run, result)))
   })

@@ -106,6 +106,7 @@ export const beginNextTurn = (session: Session, turnId: string) => {
   session.nextTurnStarted = undefined
   session.cursorToolCalls = {}
   session.summaries = []
+  session.plans = []
   session.operations.clear()
 }
 
@@ -135,6 +136,8 @@ const projectTurn = (env: SessionEnv, session: Session, turn: TurnRef, state: Co
     pendingToolCalls: [],
     todos: session.todos,
     summaries: session.summaries,
+    plans: session.plans,
+    mode: Dialect.modeOfSettings(state.settings ?? turn.settings),
     // The context meter: what the model sees now (the last request and its answer), not the turn's sum.
     usedTokens: contextTokensOf(state),
     maxTokens: env.options.contextWindowOf(turn.settings.model),

@@ -33,6 +33,7 @@ import {
   GrepUnionResultSchema,
   LsDirectoryTreeNodeSchema,
   McpToolDefinitionSchema,
+  SelectedContextSchema,
   ShellStreamSchema
 } from "../../src/gen/agent/v1/agent_pb.js"
 import type {
@@ -205,6 +206,12 @@ export interface RunRequestSpec {
   readonly summarize?: boolean
   /** Slash commands picked with the message (`selected_context.cursor_commands`), e.g. `glass-action-summarize`. */
   readonly cursorCommands?: ReadonlyArray<{ readonly name: string; readonly content?: string }>
+  /**
+   * Anything else attached to the user message (`selected_context`): merged with `images` and
+   * `cursorCommands`, whose entries come first. An attachment named only by blob id is read
+   * back from `CursorClient.blobs`: put its bytes there before the turn.
+   */
+  readonly selectedContext?: MessageInitShape<typeof SelectedContextSchema>
   /** The run request's `custom_system_prompt` (appended to the system prompt). */
   readonly customSystemPrompt?: string
 }
@@ -220,17 +227,20 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
     path: image.path ?? "",
     mimeType: image.mimeType ?? ""
   }))
+  // The spec's images and commands first, then whatever else `selectedContext` attaches.
+  const selectedContext = create(SelectedContextSchema, spec.selectedContext)
+  const given = create(SelectedContextSchema, {
+    selectedImages,
+    cursorCommands: (spec.cursorCommands ?? []).map((command) => ({ name: command.name, content: command.content ?? "" }))
+  })
+  selectedContext.selectedImages = [...given.selectedImages, ...selectedContext.selectedImages]
+  selectedContext.cursorCommands = [...given.cursorCommands, ...selectedContext.cursorCommands]
   const userMessage = {
     text: spec.text,
     messageId: spec.messageId ?? randomUUID(),
     mode: agentMode(spec.mode),
-    ...(selectedImages.length > 0 || spec.cursorCommands !== undefined
-      ? {
-        selectedContext: {
-          selectedImages,
-          cursorCommands: (spec.cursorCommands ?? []).map((command) => ({ name: command.name, content: command.content ?? "" }))
-        }
-      }
+    ...(selectedImages.length > 0 || spec.cursorCommands !== undefined || spec.selectedContext !== undefined
+      ? { selectedContext }
       : {})
   }
   const preFetchedBlobs = (spec.images ?? []).filter((image) => image.how === "preFetched").map((image) => ({ id: blobIdBytes(image.data), value: image.data }))
