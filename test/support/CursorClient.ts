@@ -29,10 +29,15 @@ import {
   AgentClientMessageSchema,
   AgentMode,
   AgentServerMessageSchema,
+  ConversationActionSchema,
+  CustomModeIntentSchema,
   ExecClientMessageSchema,
   GrepUnionResultSchema,
+  InteractionResponseSchema,
   LsDirectoryTreeNodeSchema,
   McpToolDefinitionSchema,
+  RequestContextEnvSchema,
+  RequestContextSchema,
   SelectedContextSchema,
   ShellStreamSchema
 } from "../../src/gen/agent/v1/agent_pb.js"
@@ -40,6 +45,7 @@ import type {
   AgentServerMessage,
   ConversationStateStructure,
   ExecServerMessage,
+  InteractionQuery,
   LsDirectoryTreeNode,
   McpToolDefinition
 } from "../../src/gen/agent/v1/agent_pb.js"
@@ -177,8 +183,14 @@ export interface RunRequestSpec {
   readonly conversationId: string
   readonly text: string
   readonly model?: string
-  readonly mode?: "agent" | "ask" | "plan"
+  readonly mode?: "agent" | "ask" | "plan" | "debug" | "triage" | "project" | "multitask" | "custom"
   readonly messageId?: string
+  /** Another conversation action in place of the user message (e.g. `executePlanAction`); the inline request context goes with it when it has one. */
+  readonly action?: NonNullable<MessageInitShape<typeof ConversationActionSchema>["action"]>
+  /** More of the inline request context (web flags, agent skills...), beside the environment. */
+  readonly requestContext?: MessageInitShape<typeof RequestContextSchema>
+  /** The user message's `custom_mode_intent` (a custom mode entered). */
+  readonly customModeIntent?: MessageInitShape<typeof CustomModeIntentSchema>
   /** The last checkpoint the client holds (empty for a new chat). */
   readonly conversationState?: ConversationStateStructure
   readonly workspacePaths?: ReadonlyArray<string>
@@ -216,8 +228,18 @@ export interface RunRequestSpec {
   readonly customSystemPrompt?: string
 }
 
-const agentMode = (mode: RunRequestSpec["mode"]): AgentMode =>
-  mode === "ask" ? AgentMode.ASK : mode === "plan" ? AgentMode.PLAN : AgentMode.AGENT
+const AGENT_MODES: Record<NonNullable<RunRequestSpec["mode"]>, AgentMode> = {
+  agent: AgentMode.AGENT,
+  ask: AgentMode.ASK,
+  plan: AgentMode.PLAN,
+  debug: AgentMode.DEBUG,
+  triage: AgentMode.TRIAGE,
+  project: AgentMode.PROJECT,
+  multitask: AgentMode.MULTITASK,
+  custom: AgentMode.CUSTOM
+}
+
+const agentMode = (mode: RunRequestSpec["mode"]): AgentMode => AGENT_MODES[mode ?? "agent"]
 
 /** Seq 0 of a turn: the `run_request` with conversation id, requested model and the user message. */
 export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit => {
@@ -239,12 +261,16 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
     text: spec.text,
     messageId: spec.messageId ?? randomUUID(),
     mode: agentMode(spec.mode),
+    ...(spec.customModeIntent !== undefined ? { customModeIntent: spec.customModeIntent } : {}),
     ...(selectedImages.length > 0 || spec.cursorCommands !== undefined || spec.selectedContext !== undefined
       ? { selectedContext }
       : {})
   }
   const preFetchedBlobs = (spec.images ?? []).filter((image) => image.how === "preFetched").map((image) => ({ id: blobIdBytes(image.data), value: image.data }))
   const refOnly = spec.refOnlyContext
+  const requestContext = create(RequestContextSchema, spec.requestContext ?? {})
+  requestContext.env = create(RequestContextEnvSchema, env)
+  const other = spec.action
   return {
     message: {
       case: "runRequest",
@@ -255,12 +281,14 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
         ...(spec.conversationState !== undefined ? { conversationState: spec.conversationState } : {}),
         ...(spec.mcpTools !== undefined ? { mcpTools: { mcpTools: spec.mcpTools as Array<McpToolDefinition> } } : {}),
         ...(preFetchedBlobs.length > 0 ? { preFetchedBlobs } : {}),
-        action: spec.resume === true
+        action: other !== undefined
+          ? { action: other.value !== undefined && "requestContext" in other.value ? { ...other, value: { requestContext, ...other.value } } as typeof other : other }
+          : spec.resume === true
           ? { action: { case: "resumeAction", value: {} } }
           : spec.summarize === true
           ? { action: { case: "summarizeAction", value: {} }, requestContextParts: { dynamicContext: { env } } }
           : refOnly === undefined
-          ? { action: { case: "userMessageAction", value: { userMessage, requestContext: { env } } } }
+          ? { action: { case: "userMessageAction", value: { userMessage, requestContext } } }
           : {
             action: { case: "userMessageAction", value: { userMessage } },
             requestContextParts: {
@@ -834,7 +862,16 @@ export interface CursorClientOptions {
   readonly agent?: http.Agent
   /** The h2c base URL of `Run` (`http://127.0.0.1:<h2port>`); required with `wire: "run"`. */
   readonly runUrl?: string
+  /**
+   * Answers interaction queries (the plan card, questions, mode switches, web approvals), as the
+   * user would in Cursor's UI: the `InteractionResponse` result to send, or undefined to leave
+   * the query waiting (a test answers it with `Turn.answerQuery`). Without it none is answered.
+   */
+  readonly interactions?: (query: InteractionQuery) => InteractionAnswer | undefined | Promise<InteractionAnswer | undefined>
 }
+
+/** The result of an `InteractionResponse`, as init data. */
+export type InteractionAnswer = NonNullable<MessageInitShape<typeof InteractionResponseSchema>["result"]>
 
 export interface TurnOptions extends RunRequestSpec {
   readonly requestId?: string
@@ -968,6 +1005,7 @@ export class Turn {
   private readonly problems: Array<string> = []
   private readonly answeredExecs = new Set<number>()
   private readonly answeredKv = new Set<number>()
+  private readonly answeredQueries = new Set<number>()
   private readonly aborts = new Map<number, AbortController>()
   private readonly waiters: Array<Waiter> = []
   private readonly appendWaiters: Array<{ readonly predicate: (record: AppendRecord) => boolean; readonly resolve: (record: AppendRecord) => void }> = []
@@ -1229,6 +1267,11 @@ export class Turn {
     }
   }
 
+  /** Answers interaction query `id` (an `InteractionResponse`), as the user does in Cursor's UI. */
+  answerQuery(id: number, result: InteractionAnswer): Promise<number> {
+    return this.send({ message: { case: "interactionResponse", value: { id, result } } })
+  }
+
   sendUserMessage(text: string, mode: RunRequestSpec["mode"] = "agent"): Promise<number> {
     return this.send(userMessageAction(text, mode))
   }
@@ -1392,6 +1435,15 @@ export class Turn {
       case "execServerControlMessage":
         if (m.value.message.case === "abort") this.aborts.get(m.value.message.value.id)?.abort()
         return
+      case "interactionQuery": {
+        const query = m.value
+        if (this.answeredQueries.has(query.id) || this.client.options.interactions === undefined) return // replayed after a reconnect
+        this.answeredQueries.add(query.id)
+        void Promise.resolve(this.client.options.interactions(query)).then((answer) => {
+          if (answer !== undefined) void this.answerQuery(query.id, answer)
+        })
+        return
+      }
       case "kvServerMessage": {
         const id = m.value.id
         const kv = m.value.message
