@@ -22,7 +22,7 @@
 import { Context, Deferred, Effect, Exit, FiberMap, Layer, Mailbox, Option, Stream } from "effect"
 import type { Duration } from "effect"
 import { Llm } from "./Llm.js"
-import type { AssistantMessage, ToolCall, ToolResultMessage } from "./Llm.js"
+import type { AssistantMessage, Message, ToolCall, ToolResultMessage } from "./Llm.js"
 import { initialRuntime, makeTransition } from "./Loop.js"
 import type { ConversationState, Input, Policy } from "./Loop.js"
 import { makeKeyedLock } from "./internal/KeyedLock.js"
@@ -31,7 +31,7 @@ import { makeTurnClock } from "./runner/TurnLog.js"
 import type { Actor, ActorState, RunnerEnv } from "./runner/Actor.js"
 import { ClientGateway } from "./runner/ClientGateway.js"
 import type { StartedTurn } from "./runner/ClientGateway.js"
-import { currentTurn, findStartedTurn, isCommitted } from "./runner/Lookup.js"
+import { currentTurn, findStartedTurn, historyOf, isCommitted } from "./runner/Lookup.js"
 import { recover, resume } from "./runner/Recovery.js"
 import { step, stepStream } from "./runner/Step.js"
 import { Store } from "./Store.js"
@@ -102,6 +102,8 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
    * none for a conversation with no turn (a store failure is logged and answers none too).
    */
   readonly currentTurn: (conversationId: string) => Effect.Effect<Option.Option<StartedTurn>>
+  /** A conversation's model-visible history (empty for one this server does not know): a past chat attached to a message. */
+  readonly historyOf: (conversationId: string) => Effect.Effect<ReadonlyArray<Message>>
   /** Whether `inputId` is committed on the conversation (so a redelivery of it changes nothing). A store failure is logged and answers false. */
   readonly isCommitted: (conversationId: string, inputId: string) => Effect.Effect<boolean>
   /** Resumes what a previous process left in flight; run once at startup. */
@@ -249,6 +251,7 @@ export const make = (options: RunnerOptions) =>
       submitTracked,
       findStartedTurn: findStartedTurn(env),
       currentTurn: currentTurn(env),
+      historyOf: historyOf(env),
       isCommitted: isCommitted(env),
       recover: recover(env),
       awaitIdle

@@ -66,6 +66,8 @@ export interface RunRequest {
    * `withContextParts`.
    */
   readonly contextToFetch: ReadonlyArray<ContextPartRef>
+  /** The conversations of the past chats the user attached (agent ids): their digests are read from the store before the turn starts. */
+  readonly pastChatsToRead: ReadonlyArray<string>
   /** The whole request, for fields this module does not lift out. */
   readonly raw: AgentRunRequest
 }

@@ -143,7 +143,8 @@ const sentAlongOf = (request: AgentRunRequest): ReadonlyMap<string, Uint8Array> 
  */
 export const withContextParts = (
   run: RunRequest,
-  fetched: ReadonlyMap<string, Uint8Array>
+  fetched: ReadonlyMap<string, Uint8Array>,
+  pastChats: ReadonlyMap<string, string> = new Map()
 ): { readonly run: RunRequest; readonly problems: ReadonlyArray<string> } => {
   const problems: Array<string> = []
   const context = clone(RequestContextSchema, requestContextOf(run.raw) ?? create(RequestContextSchema))
@@ -183,12 +184,17 @@ export const withContextParts = (
       problems.push(`${what} does not decode: ${String(cause)}`)
     }
   }
-  return { run: { ...decodeRunRequestIn(run.raw, context, attachments), contextToFetch: [] }, problems }
+  return { run: { ...decodeRunRequestIn(run.raw, context, attachments, pastChats), contextToFetch: [], pastChatsToRead: [] }, problems }
 }
 
-export const decodeRunRequest = (request: AgentRunRequest): RunRequest => decodeRunRequestIn(request, requestContextOf(request), new Map())
+export const decodeRunRequest = (request: AgentRunRequest): RunRequest => decodeRunRequestIn(request, requestContextOf(request), new Map(), new Map())
 
-const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestContext | undefined, readBack: ReadonlyMap<string, Uint8Array>): RunRequest => {
+const decodeRunRequestIn = (
+  request: AgentRunRequest,
+  requestContext: RequestContext | undefined,
+  readBack: ReadonlyMap<string, Uint8Array>,
+  pastChats: ReadonlyMap<string, string>
+): RunRequest => {
   const action = request.action?.action
   const userMessage = runUserMessageOf(request)
   // Start-plan is a user turn in plan mode, whatever mode the message itself says; a Build runs in
@@ -245,7 +251,12 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
         ? RunAction.Unsupported({ field: action.case === "userMessageAction" ? 1 : 6 })
         : RunAction.StartTurn({
           start: {
-            message: toLlmUserMessage(userMessage, new Map([...sentAlongOf(request), ...readBack]), new Set(Object.keys(requestContext?.fileContents ?? {}))),
+            message: toLlmUserMessage(
+              userMessage,
+              new Map([...sentAlongOf(request), ...readBack]),
+              new Set(Object.keys(requestContext?.fileContents ?? {})),
+              pastChats
+            ),
             context: contextOf(requestContext),
             settings
           },
@@ -273,6 +284,7 @@ const decodeRunRequestIn = (request: AgentRunRequest, requestContext: RequestCon
     conversationState: request.conversationState,
     requestContextParts: request.action?.requestContextParts,
     contextToFetch: contextToFetchOf(request),
+    pastChatsToRead: (runUserMessageOf(request)?.selectedContext?.pastChats ?? []).map((chat) => chat.agentId).filter((id) => id !== ""),
     raw: request
   }
 }

@@ -4,6 +4,7 @@
  * input is committed.
  */
 import { Effect, Option } from "effect"
+import type { Message } from "../Llm.js"
 import { callIdOf, isBusy } from "../Loop.js"
 import type { ConversationState } from "../Loop.js"
 import { turnRefOf } from "./Actor.js"
@@ -59,6 +60,19 @@ export const currentTurn = (env: RunnerEnv) => (conversationId: string) =>
       Effect.logWarning(`runner: the current turn of ${conversationId} could not be looked up`, error).pipe(
         Effect.as(Option.none<StartedTurn>())
       )
+    )
+  )
+
+/**
+ * The model-visible history of a conversation (its current segment), for a past chat the user
+ * attaches to a message in another; empty for a conversation this server does not know (a
+ * store failure is logged and answers empty too).
+ */
+export const historyOf = (env: RunnerEnv) => (conversationId: string) =>
+  env.load(conversationId).pipe(
+    Effect.map((loaded) => loaded.runtime.committed.messages),
+    Effect.catchAll((error) =>
+      Effect.logWarning(`runner: the history of ${conversationId} could not be read`, error).pipe(Effect.as([] as ReadonlyArray<Message>))
     )
   )
 

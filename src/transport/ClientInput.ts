@@ -179,7 +179,7 @@ const onRunRequest = (env: InputEnv, session: Session, seqno: number, run: RunRe
         if (session.lifecycle._tag === "Open") session.lifecycle = Lifecycle.Running()
         if (action.userMessageId !== "") session.turnKey = action.userMessageId
         // A summarize reads the context back too: its call must send the same system prompt (the rules) to hit the cache.
-        if (run.contextToFetch.length > 0) return yield* startAfterContext(env, session, seqno, run, durable)
+        if (run.contextToFetch.length > 0 || run.pastChatsToRead.length > 0) return yield* startAfterContext(env, session, seqno, run, durable)
         const input = Dialect.turnInputOf(run, session.requestId, env.worker.capabilities())
         if (input === undefined) return
         return yield* submitDurably(env, durable, session.conversationId, input, inputIdOf(session, seqno))
@@ -209,6 +209,7 @@ const onRunRequest = (env: InputEnv, session: Session, seqno: number, run: RunRe
  * second turn of a conversation on), and an attached image may come as a blob id alone. They
  * are read back first (`RunRequest.contextToFetch`): one get_blob per blob, answered by the
  * client's KV results in later messages (handed on meanwhile: this waits in the background).
+ * A past chat the user attached is read from the store (`RunRequest.pastChatsToRead`).
  * Then the turn starts with them merged in (`Dialect.withContextParts`); a part that does not
  * come within `contextFetchTimeoutMs`, or does not match its id, is left out with a warning.
  * The run request's acknowledgement waits for the start's commit; follow-ups and cancels that
@@ -240,7 +241,7 @@ const startAfterContext = (env: InputEnv, session: Session, seqno: number, run: 
             if (data !== undefined) fetched.set(id, data)
           })
         ), { concurrency: "unbounded", discard: true })
-      const merged = Dialect.withContextParts(run, fetched)
+      const merged = Dialect.withContextParts(run, fetched, yield* pastChatsOf(env, run))
       for (const problem of merged.problems) yield* Effect.logWarning(`transport: ${session.requestId}: ${problem}; the turn starts without it`)
       const input = Dialect.turnInputOf(merged.run, session.requestId, env.worker.capabilities())
       if (isEnded(session) || input === undefined) return
@@ -253,6 +254,16 @@ const startAfterContext = (env: InputEnv, session: Session, seqno: number, run: 
       return Deferred.succeed(started, undefined)
     }))))
   })
+
+/** How much of a past chat the model gets (the end of it, when longer). */
+const PAST_CHAT_CHARS = 20_000
+
+/** The digests of the past chats a run request attaches that this server holds, by agent id. */
+const pastChatsOf = (env: InputEnv, run: RunRequest) =>
+  Effect.map(
+    Effect.forEach(run.pastChatsToRead, (agentId) => Effect.map(env.runner.historyOf(agentId), (messages) => [agentId, messages] as const)),
+    (histories) => new Map(histories.filter(([, messages]) => messages.length > 0).map(([agentId, messages]) => [agentId, Dialect.pastChatDigest(messages, PAST_CHAT_CHARS)]))
+  )
 
 /**
  * Runs `submit` (a follow-up's or a cancel's) now, or, while the run request's context is

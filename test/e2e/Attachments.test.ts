@@ -185,4 +185,27 @@ describe("Attachments end to end", () => {
         "<cursor_rule path=\".cursor/rules/tabs.mdc\">\nUse tabs.\n</cursor_rule>\n[The attached document q.txt (text/plain) could not be read from the editor.]\nand these?"
       )
     }))
+
+  it.scopedLive("a past chat this server holds reaches the model as a digest of that conversation; one it does not hold is named as missing", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make()
+      const client = yield* clientFor(app, { turnTimeoutMs: 15_000 })
+      app.provider.enqueue(answer("Noted: the deploy key rotates on Fridays."), answer("Using what we said before."))
+      assertCleanOk(yield* Effect.promise(() => client.run({ conversationId: "conv-earlier", text: "remember: deploy keys rotate on Fridays" })))
+      const later = yield* Effect.promise(() =>
+        client.run({
+          conversationId: "conv-later",
+          text: "when do keys rotate?",
+          selectedContext: { pastChats: [{ agentId: "conv-earlier", name: "Deploy notes" }, { agentId: "conv-elsewhere", name: "Other machine" }] }
+        })
+      )
+      assertCleanOk(later)
+      const text = lastUserText(app, 1)
+      assert.include(text, "<past_chat name=\"Deploy notes\" id=\"conv-earlier\">")
+      assert.include(text, "remember: deploy keys rotate on Fridays")
+      assert.include(text, "Noted: the deploy key rotates on Fridays.")
+      assert.include(text, "Other machine")
+      assert.include(text, "not stored on this server")
+      assert.isTrue(text.trimEnd().endsWith("when do keys rotate?"))
+    }))
 })
