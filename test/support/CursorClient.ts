@@ -228,18 +228,7 @@ export interface RunRequestSpec {
   readonly customSystemPrompt?: string
 }
 
-const AGENT_MODES: Record<NonNullable<RunRequestSpec["mode"]>, AgentMode> = {
-  agent: AgentMode.AGENT,
-  ask: AgentMode.ASK,
-  plan: AgentMode.PLAN,
-  debug: AgentMode.DEBUG,
-  triage: AgentMode.TRIAGE,
-  project: AgentMode.PROJECT,
-  multitask: AgentMode.MULTITASK,
-  custom: AgentMode.CUSTOM
-}
-
-const agentMode = (mode: RunRequestSpec["mode"]): AgentMode => AGENT_MODES[mode ?? "agent"]
+const agentMode = (mode: RunRequestSpec["mode"]): AgentMode => Dialect.agentModeOf(mode ?? "agent")
 
 /** Seq 0 of a turn: the `run_request` with conversation id, requested model and the user message. */
 export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit => {
