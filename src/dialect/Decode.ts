@@ -109,10 +109,23 @@ const decodeConversationAction = (value: ConversationAction): Decoded => {
     case "startPlanAction":
     case "summarizeAction":
     case "executePlanAction":
-      // These only mean something inside a run_request; on a live request we do not act on them.
+    case "cancelSubagentAction":
+    case "backgroundShellAction":
+    case "backgroundSubagentAction":
+      // These only mean something inside a run_request, or are not acted on yet: acknowledged, nothing changes.
       return Either.right(ClientMessage.Unknown({
         where: `ConversationAction.${action.case}`,
-        fields: [({ resumeAction: 2, summarizeAction: 4, startPlanAction: 6, executePlanAction: 7 } as const)[action.case]]
+        fields: [
+          ({
+            resumeAction: 2,
+            summarizeAction: 4,
+            startPlanAction: 6,
+            executePlanAction: 7,
+            cancelSubagentAction: 10,
+            backgroundShellAction: 13,
+            backgroundSubagentAction: 14
+          } as const)[action.case]
+        ]
       }))
     case undefined:
       return unknownCase("ConversationAction", value)

@@ -270,6 +270,11 @@ const decodeRunRequestIn = (
     case "cancelAction":
       runAction = RunAction.Unsupported({ field: 3 })
       break
+    case "cancelSubagentAction":
+    case "backgroundShellAction":
+    case "backgroundSubagentAction":
+      runAction = RunAction.Unsupported({ field: action.case === "cancelSubagentAction" ? 10 : action.case === "backgroundShellAction" ? 13 : 14 })
+      break
     case undefined:
       runAction = RunAction.Unsupported({ field: request.action === undefined ? 0 : unknownFields(request.action)[0] ?? 0 })
       break

@@ -320,6 +320,10 @@ describe("Attachments: past chats", () => {
     assert.isAtMost(digest.length, maxChars)
     assert.strictEqual(pastChatDigest(conversation, maxChars), digest)
   })
+
+  it("pastChatDigest at every small budget stays within it (a budget of one character after the note once returned the whole text)", () => {
+    for (let maxChars = 0; maxChars <= 120; maxChars++) assert.isAtMost(pastChatDigest(conversation, maxChars).length, maxChars, `maxChars ${maxChars}`)
+  })
 })
 
 describe("Attachments: blobs read back from the client", () => {

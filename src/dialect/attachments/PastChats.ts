@@ -50,7 +50,8 @@ export const pastChatDigest = (messages: ReadonlyArray<Message>, maxChars: numbe
   const whole = entries.join("\n\n")
   if (whole.length <= maxChars) return whole
   const budget = maxChars - LEFT_OUT.length - 2
-  if (budget <= 0) return whole.slice(-maxChars)
+  // Too small for the note and an ellipsis (`slice(-0)` would be the whole text): the end alone.
+  if (budget <= 1) return whole.slice(-maxChars)
   const kept: Array<string> = []
   let length = -2
   for (let i = entries.length - 1; i >= 0; i--) {
