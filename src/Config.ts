@@ -198,6 +198,8 @@ export const FileConfig = Schema.Struct({
   models: Schema.optionalWith(Schema.Array(ModelEntry), { default: () => [] }),
   /** The model Cursor selects by default; defaults to the first model. */
   defaultModel: Schema.optional(Schema.String),
+  /** The model subagents (the Task tool's child runs) run on; defaults to the parent turn's model. */
+  subagentModel: Schema.optional(Schema.String),
   /** Model ids Cursor may ask for (Auto, subagents, its own models) → a configured model; `*` for any other id. */
   aliases: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String }))
 })
@@ -263,6 +265,8 @@ export interface ServerConfig {
   /** The models Cursor lists. */
   readonly models: ReadonlyArray<ModelEntry>
   readonly defaultModel: string | undefined
+  /** The model a Task's subagent runs on (undefined: the parent's). */
+  readonly subagentModel: string | undefined
   /** Things worth telling the operator at startup (a missing key, a non-loopback bind...). */
   readonly notices: ReadonlyArray<string>
   /** Crash-test faults (`BYOK_FAULT_*`); empty in normal use. */
@@ -382,6 +386,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     },
     models,
     defaultModel,
+    subagentModel: file.subagentModel,
     notices,
     faults: FaultInjection.fromEnvironment(env)
   }
@@ -469,6 +474,10 @@ export const validate = (config: ServerConfig, env: Readonly<Record<string, stri
     }
     const routing = routingProblem(config.router)
     if (routing !== undefined) return yield* new ConfigError({ message: routing })
+    const subagentModel = config.subagentModel
+    if (subagentModel !== undefined && !config.models.some((model) => model.id === subagentModel) && !Object.hasOwn(config.router.aliases ?? {}, subagentModel)) {
+      return yield* new ConfigError({ message: `subagentModel names model ${subagentModel}, which is not configured (name one of models[].id or an alias)` })
+    }
     if ((config.http2.tls?.certFile === undefined) !== (config.http2.tls?.keyFile === undefined)) {
       return yield* new ConfigError({ message: "the TLS listener takes both a certificate and a key (http2.tls.certFile and keyFile, or BYOK_TLS_CERT and BYOK_TLS_KEY), or neither (the CA's leaf)" })
     }

@@ -6,9 +6,9 @@
  * prompt would change the cached prefix every day.
  */
 import type { ToolDefinition, ToolResultMessage } from "./Llm.js"
-import type { Policy, PromptContext, TurnSettings, TurnWorkspace } from "./Loop.js"
+import type { Policy, PromptContext, TurnSettings, TurnSubagentRun, TurnWorkspace } from "./Loop.js"
 import { mcpToolsOf, modeOfSettings } from "./Dialect.js"
-import { switchedModeOf, toolCatalog } from "./Tools.js"
+import { switchedModeOf, taskDefinition, toolCatalog } from "./Tools.js"
 import type { CursorMode } from "./Tools.js"
 
 const PLAN_GUIDANCE =
@@ -54,7 +54,9 @@ export const buildPrompt = (context: PromptContext): string => {
     MODE_GUIDANCE[mode],
     "Use paths relative to the workspace root or absolute paths inside it. Prefer Grep and Glob over reading whole directories. Quote code with its file path."
   ]
-  if (mode === "custom" && customMode !== undefined) {
+  const subagent = context.settings.subagent
+  if (subagent !== undefined) sections.splice(1, 1, subagentGuidance(subagent))
+  if (mode === "custom" && customMode !== undefined && subagent === undefined) {
     sections.push(customMode.instructions.trim() === ""
       ? `<custom_mode name="${attribute(customMode.label)}">\n(The editor did not send this mode's instructions: work as in agent mode.)\n</custom_mode>`
       : `<custom_mode name="${attribute(customMode.label)}">\n${customMode.instructions.trim()}\n</custom_mode>`)
@@ -69,9 +71,61 @@ export const buildPrompt = (context: PromptContext): string => {
   return sections.join("\n\n")
 }
 
-/** The tools offered in a turn: Cursor's native tools for its mode and the web tools allowed, then the MCP tools it brought. */
-export const buildTools = (context: PromptContext): ReadonlyArray<ToolDefinition> =>
-  toolCatalog(modeOfSettings(context.settings), mcpToolsOf(context.settings), context.settings.webTools)
+/**
+ * A subagent's guidance in place of its mode's: it works alone on the task its parent gave, and
+ * its last message is the report the parent reads. A user-defined subagent's own instructions follow.
+ */
+const subagentGuidance = (subagent: TurnSubagentRun): string => {
+  const lines = [
+    `You are a subagent (${subagent.type}) working for another agent, not for the user directly. The user message is the task your parent agent gave you; you cannot ask it or the user questions.`,
+    subagent.readonly
+      ? "Only read and search: do not change files or run commands that change anything."
+      : "Do the task with the tools you have, keeping changes to what it asks.",
+    "When you are done, your last message is the report your parent reads: state what you found or did, with file paths and line numbers, concisely. Never end without that report."
+  ]
+  return subagent.instructions.trim() === ""
+    ? lines.join(" ")
+    : `${lines.join(" ")}\n<subagent_instructions>\n${subagent.instructions.trim()}\n</subagent_instructions>`
+}
+
+/** The modes whose model may hand work to subagents (in plan and project modes they only read). */
+const TASK_MODES: ReadonlyArray<CursorMode> = ["agent", "debug", "multitask", "custom", "plan", "project"]
+/** What a subagent never gets: questions to the user, mode changes, plans, subagents of its own. */
+const PARENT_ONLY: ReadonlyArray<string> = ["AskQuestion", "SwitchMode", "CreatePlan", "Task"]
+const READ_ONLY_TOOLS: ReadonlyArray<string> = ["Read", "Grep", "Glob", "Ls", "ReadLints", "WebSearch", "WebFetch", "TodoWrite"]
+
+const taskDefinitions = new Map<string, ToolDefinition>()
+/** The Task tool for a workspace's subagents, built once per list (its bytes are part of the cache key). */
+const taskDefinitionFor = (subagents: TurnSettings["subagents"]): ToolDefinition => {
+  const key = JSON.stringify(subagents ?? [])
+  const cached = taskDefinitions.get(key)
+  if (cached !== undefined) return cached
+  const definition = taskDefinition(subagents ?? [])
+  taskDefinitions.set(key, definition)
+  return definition
+}
+
+/**
+ * The tools offered in a turn: Cursor's native tools for its mode and the web tools allowed, the
+ * MCP tools it brought, then Task where the mode hands work to subagents. A subagent's own run
+ * gets its mode's tools without the parent's (questions, mode switches, plans, Task), read-only
+ * ones only when it only reads, and only those a user-defined subagent lists.
+ */
+export const buildTools = (context: PromptContext): ReadonlyArray<ToolDefinition> => {
+  const { settings } = context
+  const mode = modeOfSettings(settings)
+  const catalog = toolCatalog(mode, mcpToolsOf(settings), settings.webTools)
+  const subagent = settings.subagent
+  if (subagent !== undefined) {
+    const allowed = subagent.tools.map((name) => name.toLowerCase())
+    return catalog.filter((tool) =>
+      !PARENT_ONLY.includes(tool.name) &&
+      (!subagent.readonly || READ_ONLY_TOOLS.includes(tool.name)) &&
+      (allowed.length === 0 || allowed.includes(tool.name.toLowerCase()))
+    )
+  }
+  return TASK_MODES.includes(mode) ? [...catalog, taskDefinitionFor(settings.subagents)] : catalog
+}
 
 /** The settings after a tool result: an approved SwitchMode puts the turn in its target mode from the next request on. */
 export const settingsAfter = (settings: TurnSettings, result: ToolResultMessage): TurnSettings => {

@@ -49,6 +49,12 @@ export interface RunnerOptions {
   readonly classifyTool: (toolCall: ToolCall) => { readonly kind: string; readonly idempotent: boolean }
   /** The result a non-idempotent operation gets when a restart interrupted it. */
   readonly interruptedResult: (toolCall: ToolCall) => ToolResultMessage
+  /**
+   * A non-idempotent operation a restart interrupted whose outcome the store can still tell (a
+   * Task whose subagent ran as a conversation here): its result, handed back once; none: it is
+   * reported as interrupted. Never re-runs anything.
+   */
+  readonly recoveredResult?: (toolCall: ToolCall, store: Context.Tag.Service<Store>) => Effect.Effect<ToolResultMessage | undefined>
   /** How long a conversation's lock lingers after its last user. */
   readonly lockIdleTimeToLive?: Duration.DurationInput
   /**

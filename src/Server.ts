@@ -7,7 +7,7 @@
  */
 import { HttpLayerRouter, HttpMiddleware } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Option } from "effect"
 import { createServer } from "node:http"
 import type { ConfigSource, ServerConfig } from "./Config.js"
 import * as Live from "./config/Live.js"
@@ -20,6 +20,7 @@ import * as Hookup from "./Hookup.js"
 import type { CompactionPolicy } from "./loop/Segments.js"
 import * as Router from "./llm/Router.js"
 import * as Metrics from "./Metrics.js"
+import * as Naming from "./Naming.js"
 import * as Prompt from "./Prompt.js"
 import * as Runner from "./Runner.js"
 import * as Store from "./Store.js"
@@ -33,6 +34,27 @@ export const classifyTool = (call: ToolCall): { readonly kind: string; readonly 
   const kind = Tools.kindOf(call.name, []) ?? "mcp"
   return { kind, idempotent: Tools.isIdempotent(kind) }
 }
+
+/**
+ * A Task a restart interrupted: its subagent ran as a conversation of this server, so its report
+ * is handed back if it finished; one that had not is reported with its state (never re-run).
+ */
+export const recoveredResult = (call: ToolCall, store: Store.StoreService): Effect.Effect<ToolResultMessage | undefined> =>
+  call.name !== "Task"
+    ? Effect.succeed(undefined)
+    : Effect.gen(function*() {
+      const child = yield* store.findSubagentRun(call.id)
+      if (Option.isNone(child)) return undefined
+      const loaded = yield* store.load(child.value)
+      if (Option.isNone(loaded)) return undefined
+      const state = loaded.value.state
+      if (state.status !== "final") {
+        return Tools.recoveredTaskResult(call, { _tag: "Unfinished", agentId: child.value, status: state.status })
+      }
+      const last = [...state.messages].reverse().find((message) => message.role === "assistant")
+      const report = last?.role === "assistant" ? last.content.flatMap((block) => (block.type === "text" ? [block.text] : [])).join("") : ""
+      return Tools.recoveredTaskResult(call, { _tag: "Finished", agentId: child.value, report })
+    }).pipe(Effect.catchAll((error) => Effect.as(Effect.logWarning(`recovery: the subagent of ${call.id} could not be looked up`, error), undefined)))
 
 /** What the model reads for a non-idempotent tool call a restart interrupted: it decides what to do. */
 export const interruptedResult = (call: ToolCall): ToolResultMessage => ({
@@ -84,7 +106,8 @@ export const transportOptions = (current: () => ServerConfig): Transport.Transpo
   get bidiAppendMaxBytes() { return current().limits.bidiAppendBytes },
   get runSseMaxBytes() { return current().limits.runSseRequestBytes },
   get appendWindow() { return current().limits.appendWindow },
-  contextWindowOf: (model) => Router.modelOf(current().router, model)?.contextWindow ?? 200_000
+  contextWindowOf: (model) => Router.modelOf(current().router, model)?.contextWindow ?? 200_000,
+  subagentModel: () => current().subagentModel
 })
 
 /** The loop's compaction knobs, from the running configuration at each use. */
@@ -109,6 +132,7 @@ const runnerOptions = (current: () => ServerConfig): Runner.RunnerOptions => ({
   },
   classifyTool,
   interruptedResult,
+  recoveredResult,
   // The price table when the answer is committed (a price changed while the call streamed applies to it).
   costOf: (model, message) => Router.answerCost(current().router, model, message)
 })
@@ -147,7 +171,11 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
       Layer.provideMerge(Router.layerLive(() => current().router)),
       Layer.provideMerge(Web.layer)
     )))
-  const sideRoutes = Layer.unwrapEffect(Effect.map(LiveConfig, ({ current }) => SideRpcs.layerRoutes(() => catalogue(current()))))
+  const sideRoutes = Layer.unwrapEffect(Effect.gen(function*() {
+    const { current } = yield* LiveConfig
+    const naming = yield* Naming.make(() => current().router)
+    return SideRpcs.layerRoutes(() => ({ ...catalogue(current()), naming }))
+  }))
   const routes = Layer.mergeAll(Transport.layerRoutes, sideRoutes, Metrics.layerRoutes, Console.layerRoutes)
   // No span per request: nothing exports traces, and the span (URL parsing, header redaction,
   // attributes) was ~60 µs of every request's ~250 µs in the HTTP layer (measured on /healthz).

@@ -19,6 +19,7 @@ import type { BidiAppendRequest } from "./gen/aiserver/v1/aiserver_pb.js"
 import { ClientGateway, Runner } from "./Runner.js"
 import { awaitSettled, dropHeld } from "./transport/Acks.js"
 import { accept, makeInputEnv, noServerWork } from "./transport/ClientInput.js"
+import { linkParent, parentLinkOf } from "./transport/Subagents.js"
 import { workerOf } from "./transport/Work.js"
 import { Web } from "./Web.js"
 import type { InputEnv } from "./transport/ClientInput.js"
@@ -38,9 +39,9 @@ export { requestIdOf } from "./transport/Session.js"
 export interface TransportService {
   readonly options: TransportOptions
   /** Handles a BidiAppend body; answers with the (empty) response bytes or a Connect error. */
-  readonly bidiAppend: (body: Uint8Array, requestIdHeader: string | undefined) => Effect.Effect<Uint8Array, ConnectError>
+  readonly bidiAppend: (body: Uint8Array, requestIdHeader: string | undefined, parent?: Dialect.ParentLink) => Effect.Effect<Uint8Array, ConnectError>
   /** Opens the output of a RunSSE request body: the frames to stream, ending with end-stream. */
-  readonly runSse: (body: Uint8Array) => Effect.Effect<Stream.Stream<Uint8Array>, ConnectError>
+  readonly runSse: (body: Uint8Array, parent?: Dialect.ParentLink) => Effect.Effect<Stream.Stream<Uint8Array>, ConnectError>
   /**
    * One client message of a `Run` stream, the `seqno`th on it: taken in order like an append
    * (`Run` has no acknowledgements). Fails with a Connect error that ends the stream.
@@ -52,7 +53,7 @@ export interface TransportService {
    */
   readonly runInputEnded: (requestId: string) => Effect.Effect<boolean>
   /** The output of a `Run` stream: the session's frames (heartbeats included), ending with end-stream. */
-  readonly runOutput: (requestId: string) => Effect.Effect<Stream.Stream<Uint8Array>>
+  readonly runOutput: (requestId: string, parent?: Dialect.ParentLink) => Effect.Effect<Stream.Stream<Uint8Array>>
   /** Ends every open stream with a retryable error (graceful shutdown). */
   readonly shutdown: Effect.Effect<void>
   /** Open sessions, for metrics and tests. */
@@ -73,7 +74,7 @@ export const make = Effect.gen(function*() {
   yield* FiberSet.run(background, Effect.repeat(Recovery.sweep(env), Schedule.spaced(Duration.millis(options.sweepIntervalMs))))
   yield* FiberSet.run(background, Effect.forever(Effect.flatMap(Queue.take(sessions.adoptions), (session) => Recovery.adoptHeld(env, session))))
 
-  const bidiAppend = (body: Uint8Array, requestIdHeader: string | undefined) =>
+  const bidiAppend = (body: Uint8Array, requestIdHeader: string | undefined, parent?: Dialect.ParentLink) =>
     Effect.gen(function*() {
       let request
       try {
@@ -83,6 +84,8 @@ export const make = Effect.gen(function*() {
       }
       const requestId = request.requestId?.requestId ?? ""
       if (requestId === "") return yield* Effect.fail(new ConnectError("invalid_argument", "BidiAppendRequest.request_id is missing"))
+      // A subagent's run names its parent on its requests: the session keeps it before its run request is taken.
+      if (parent !== undefined) linkParent(yield* sessions.sessionFor(requestId), parent)
       return yield* appendFor(request, requestId).pipe(Effect.annotateLogs({ requestId }))
     }).pipe(Effect.annotateLogs({ requestId: requestIdHeader ?? "" }))
 
@@ -123,7 +126,7 @@ export const make = Effect.gen(function*() {
       (frames) => Stream.mapChunks(frames, joinFrames)
     )
 
-  const runSse = (body: Uint8Array) =>
+  const runSse = (body: Uint8Array, parent?: Dialect.ParentLink) =>
     Effect.gen(function*() {
       const envelopes = parseEnvelopes(body, options.runSseMaxBytes)
       if (envelopes instanceof ConnectError) return yield* Effect.fail(envelopes)
@@ -131,13 +134,19 @@ export const make = Effect.gen(function*() {
       if (first === undefined) return yield* Effect.fail(new ConnectError("invalid_argument", "RunSSE request has no message"))
       const requestId = Dialect.decodeRunSseRequest(first.payload)
       if (Either.isLeft(requestId)) return yield* Effect.fail(new ConnectError("invalid_argument", requestId.left.message))
-      return yield* output(yield* readerSession(requestId.right))
+      const session = yield* readerSession(requestId.right)
+      linkParent(session, parent)
+      return yield* output(session)
     })
 
   const runMessage = (requestId: string, seqno: number, message: ClientMessage) =>
     Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs({ requestId }))
 
-  const runOutput = (requestId: string) => Effect.flatMap(readerSession(requestId), output)
+  const runOutput = (requestId: string, parent?: Dialect.ParentLink) =>
+    Effect.flatMap(readerSession(requestId), (session) => {
+      linkParent(session, parent)
+      return output(session)
+    })
 
   const runInputEnded = (requestId: string) =>
     Effect.suspend(() => {
@@ -186,7 +195,7 @@ export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter |
     const transport = yield* Transport
     yield* router.add("POST", "/aiserver.v1.BidiService/BidiAppend", (request) =>
       readBody(request, transport.options.bidiAppendMaxBytes).pipe(
-        Effect.flatMap((body) => transport.bidiAppend(body, request.headers["x-request-id"])),
+        Effect.flatMap((body) => transport.bidiAppend(body, request.headers["x-request-id"], parentLinkOf(request.headers))),
         Effect.map((bytes) => HttpServerResponse.uint8Array(bytes, { contentType: "application/proto" })),
         Effect.catchAll((error) =>
           Effect.logWarning(`BidiAppend refused: ${error.code}: ${error.message}`).pipe(
@@ -196,7 +205,7 @@ export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter |
       ))
     yield* router.add("POST", "/agent.v1.AgentService/RunSSE", (request) =>
       readBody(request, transport.options.runSseMaxBytes).pipe(
-        Effect.flatMap(transport.runSse),
+        Effect.flatMap((body) => transport.runSse(body, parentLinkOf(request.headers))),
         Effect.map((frames) =>
           HttpServerResponse.stream(frames, {
             contentType: "text/event-stream",

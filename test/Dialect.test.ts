@@ -629,13 +629,14 @@ describe("KV and checkpoints", () => {
       case: "runRequest",
       value: { conversationId: "c", action: { action: { case: "userMessageAction", value: { userMessage } }, requestContextParts: parts } }
     })
-    // Rules and MCP tools are read back; skills (which this server does not use) are not.
-    assert.deepStrictEqual(refOnly.contextToFetch.map((ref) => ref.part), ["rules", "mcps"])
+    // Rules, MCP tools and skills (a custom mode's instructions) are read back; a skills part that is not read back is left out.
+    assert.deepStrictEqual(refOnly.contextToFetch.map((ref) => ref.part), ["rules", "mcps", "skills"])
     // The environment comes from dynamic_context meanwhile.
     assert.deepStrictEqual(refOnly.workspace.workspacePaths, ["/w"])
     assert.deepStrictEqual(refOnly.mcpTools, [])
     const merged = withContextParts(refOnly, new Map([[bytesToHex(sha256Of(rules)), rules], [bytesToHex(sha256Of(mcps)), mcps]]))
-    assert.deepStrictEqual(merged.problems, [])
+    // The skills part named by an id the client did not answer: left out, and said so.
+    assert.deepStrictEqual(merged.problems, ["the skills part of the request context was not read back"])
     assert.deepStrictEqual(merged.run.contextToFetch, [])
     assert.deepStrictEqual(merged.run.mcpTools.map((tool) => tool.toolName), ["lookup"])
     assert.deepStrictEqual(merged.run.workspace.workspacePaths, ["/w"])
@@ -645,7 +646,7 @@ describe("KV and checkpoints", () => {
     assert.deepStrictEqual(start.start.settings.mcpTools, merged.run.mcpTools)
     // Bytes that are not the named blob (or a part not read back) are left out, and said so.
     const wrong = withContextParts(refOnly, new Map([[bytesToHex(sha256Of(rules)), mcps]]))
-    assert.strictEqual(wrong.problems.length, 2)
+    assert.strictEqual(wrong.problems.length, 3)
     assert.deepStrictEqual(wrong.run.mcpTools, [])
     // Dual transport (inline context and part references): nothing to read back.
     const dual = decodeMessage("RunRequest", {

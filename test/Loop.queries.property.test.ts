@@ -160,7 +160,9 @@ describe("Questions to the client through the loop", () => {
     assert.strictEqual(state.committed.settings?.mode, expectedMode)
     assert.strictEqual(last._tag, "CallLlm")
     if (last._tag === "CallLlm") {
-      assert.deepStrictEqual(last.request.tools.map((tool) => tool.name), Tools.toolCatalog(expectedMode, [], { search: false, fetch: true }).map((tool) => tool.name))
+      const expectedTools = Prompt.buildTools({ conversationId: "conv-q", turnId: "", settings: settings(expectedMode) })
+      assert.deepStrictEqual(last.request.tools.map((tool) => tool.name), expectedTools.map((tool) => tool.name))
+      assert.includeMembers(last.request.tools.map((tool) => tool.name), Tools.toolCatalog(expectedMode, [], { search: false, fetch: true }).map((tool) => tool.name))
       assert.include(last.request.systemPrompt, `${expectedMode} mode`)
     }
   }, { fastCheck: { numRuns: 200 } })

@@ -23,9 +23,11 @@ import {
   applyChange,
   isIdempotent,
   kindOf,
+  LINTS_HINT,
   mcpArgsJson,
   mcpModelName,
   onExecReply,
+  offers,
   onExecThrow,
   startTool,
   toolCatalog,
@@ -68,8 +70,8 @@ const shellEvent = (event: NonNullable<MessageInitShape<typeof ShellStreamSchema
 
 describe("catalog", () => {
   const names = (mode: CursorMode, web = { search: false, fetch: false }) => toolCatalog(mode, [mcp], web).map((tool) => tool.name)
-  const AGENT = ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "TodoWrite", "AskQuestion", "SwitchMode"]
-  const WRITING = ["Shell", "Write", "StrReplace", "Delete"]
+  const AGENT = ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "ReadLints", "TodoWrite", "AskQuestion", "SwitchMode", "WriteShellStdin"]
+  const WRITING = ["Shell", "Write", "StrReplace", "Delete", "WriteShellStdin"]
 
   it("agent, debug, multitask and custom modes offer every native tool and the run request's MCP tools", () => {
     for (const mode of ["agent", "debug", "multitask", "custom"] as const) {
@@ -78,10 +80,10 @@ describe("catalog", () => {
   })
 
   it("ask, plan, project and triage are read-only: no shell, no edits, no MCP", () => {
-    assert.deepStrictEqual(names("ask"), ["Read", "Grep", "Glob", "Ls", "AskQuestion", "SwitchMode"])
-    assert.deepStrictEqual(names("plan"), ["Read", "Grep", "Glob", "Ls", "TodoWrite", "CreatePlan", "AskQuestion", "SwitchMode"])
+    assert.deepStrictEqual(names("ask"), ["Read", "Grep", "Glob", "Ls", "ReadLints", "AskQuestion", "SwitchMode"])
+    assert.deepStrictEqual(names("plan"), ["Read", "Grep", "Glob", "Ls", "ReadLints", "TodoWrite", "CreatePlan", "AskQuestion", "SwitchMode"])
     assert.deepStrictEqual(names("project"), names("plan"))
-    assert.deepStrictEqual(names("triage"), ["Read", "Grep", "Glob", "Ls", "TodoWrite", "AskQuestion", "SwitchMode"])
+    assert.deepStrictEqual(names("triage"), ["Read", "Grep", "Glob", "Ls", "ReadLints", "TodoWrite", "AskQuestion", "SwitchMode"])
     for (const mode of ["ask", "plan", "project", "triage"] as const) {
       for (const name of [...WRITING, mcpModelName(mcp)]) assert.notInclude(names(mode), name, `${mode} offers ${name}`)
     }
@@ -97,6 +99,16 @@ describe("catalog", () => {
     }
   })
 
+  it("ReadLints is offered in every mode, right after Ls; WriteShellStdin only beside Shell, after the mode's other tools and before the web tools", () => {
+    for (const mode of ["agent", "ask", "plan", "debug", "triage", "project", "multitask", "custom"] as const) {
+      const list = names(mode, { search: true, fetch: true })
+      assert.strictEqual(list[list.indexOf("Ls") + 1], "ReadLints", mode)
+      assert.strictEqual(list.includes("WriteShellStdin"), list.includes("Shell"), mode)
+      if (list.includes("Shell")) assert.deepStrictEqual(list.slice(list.indexOf("SwitchMode") + 1, list.indexOf("SwitchMode") + 4), ["WriteShellStdin", "WebSearch", "WebFetch"], mode)
+      assert.isTrue(offers(mode, "readLints"), mode)
+    }
+  })
+
   it("a mode's list is the same object every turn (its hash is computed once)", () => {
     assert.strictEqual(toolCatalog("plan", [], { search: true, fetch: false }), toolCatalog("plan", [], { search: true, fetch: false }))
   })
@@ -107,8 +119,8 @@ describe("catalog", () => {
   })
 
   it("only read-only kinds and questions to the client are idempotent", () => {
-    const kinds = ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", mcpModelName(mcp)].map((name) => kindOf(name, [mcp])!)
-    assert.deepStrictEqual(kinds.filter(isIdempotent), ["read", "grep", "glob", "ls"])
+    const kinds = ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "ReadLints", "WriteShellStdin", mcpModelName(mcp)].map((name) => kindOf(name, [mcp])!)
+    assert.deepStrictEqual(kinds.filter(isIdempotent), ["read", "grep", "glob", "ls", "readLints"])
     const questions = ["CreatePlan", "AskQuestion", "SwitchMode", "WebSearch", "WebFetch"].map((name) => kindOf(name, [])!)
     assert.isTrue(questions.every(isIdempotent))
     assert.isUndefined(kindOf("rm_rf", [mcp]))
@@ -197,10 +209,15 @@ describe("Shell", () => {
     assert.strictEqual(typed.case === "shellToolCall" ? typed.value.result?.result.case : undefined, "failure")
   })
 
-  it("a backgrounded command is done, and says where it runs on", () => {
+  it("a backgrounded command is done, and says where it runs on and that WriteShellStdin types into it", () => {
     const { run } = expectExec(startTool(call("Shell", { command: "npm run dev", block_until_ms: 1000 }), context).step)
-    const outcome = expectDone(onExecReply(run, shellEvent({ case: "backgrounded", value: { shellId: 7, command: "npm run dev" } })))
-    assert.include(textOf(outcome), "shell id 7")
+    let step = onExecReply(run, shellEvent({ case: "stdout", value: { data: "listening\n" } }))
+    if (step._tag !== "Continue") return assert.fail("expected Continue")
+    const outcome = expectDone(onExecReply(step.run, shellEvent({ case: "backgrounded", value: { shellId: 7, command: "npm run dev" } })))
+    assert.strictEqual(
+      textOf(outcome),
+      "The command is still running in the background (shell id 7); WriteShellStdin with shell_id 7 types into it. Output so far:\nlistening\n"
+    )
     assert.isFalse(outcome.message.isError)
   })
 
@@ -231,7 +248,8 @@ describe("StrReplace and Write", () => {
       case: "writeResult",
       value: create(WriteResultSchema, { result: { case: "success", value: { path: "/w/f.txt", linesCreated: 4 } } })
     })))
-    assert.strictEqual(textOf(outcome), "Edited /w/f.txt (+2 -1).")
+    assert.strictEqual(textOf(outcome), `Edited /w/f.txt (+2 -1). ${LINTS_HINT}`)
+    assert.strictEqual(LINTS_HINT, "Run ReadLints on it to see any problems the change introduced.")
     const typed = outcome.cursor.tool
     if (typed.case !== "editToolCall") return assert.fail("expected an edit call")
     const result = typed.value.result?.result
@@ -274,7 +292,7 @@ describe("StrReplace and Write", () => {
     const { run } = expectExec(startTool(call("Write", { path: "new.txt", contents: "hello\n" }), context).step)
     const write = expectExec(onExecReply(run, reply({ case: "readResult", value: create(ReadResultSchema, { result: { case: "fileNotFound", value: {} } }) })))
     const outcome = expectDone(onExecReply(write.run, reply({ case: "writeResult", value: create(WriteResultSchema, { result: { case: "success", value: { path: "new.txt" } } }) })))
-    assert.strictEqual(textOf(outcome), "Created new.txt (+1 -0).")
+    assert.strictEqual(textOf(outcome), `Created new.txt (+1 -0). ${LINTS_HINT}`)
   })
 
   it("a write the client refuses is a typed edit error", () => {

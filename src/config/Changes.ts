@@ -13,7 +13,7 @@ export const restartOnly = ["host", "port", "database", "http2", "proxy", "home"
 
 /** Keys read at each use (a new turn, a new request, a new model call): a change applies at once. */
 const liveKeys = [
-  "heartbeatMs", "orphanTimeoutMs", "blobAckTimeoutMs", "queuedMessageGraceMs", "maxLlmCallsPerTurn", "limits", "compaction", "defaultModel", "web"
+  "heartbeatMs", "orphanTimeoutMs", "blobAckTimeoutMs", "queuedMessageGraceMs", "maxLlmCallsPerTurn", "limits", "compaction", "defaultModel", "web", "subagentModel"
 ] as const satisfies ReadonlyArray<keyof ServerConfig>
 
 export interface Delta {

@@ -15,6 +15,8 @@ import {
   ConversationTokenDetailsSchema,
   ConversationTurnStructureSchema,
   PlanRegistryEntrySchema,
+  SubagentRunStateSchema,
+  SubagentRunStatus,
   TodoItemSchema,
   ToolCallSchema,
   UserMessageSchema
@@ -22,7 +24,14 @@ import {
 import type { ConversationStateStructure, TodoItem } from "../gen/agent/v1/agent_pb.js"
 import type { Message, ToolCall } from "../Llm.js"
 import { partialCursorToolCall } from "../Tools.js"
-import type { CreatedPlan, CursorMode, CursorToolCall, McpToolDescriptor } from "../Tools.js"
+import type { CreatedPlan, CursorMode, CursorToolCall, McpToolDescriptor, SubagentRun } from "../Tools.js"
+
+const SUBAGENT_STATUS: Record<SubagentRun["status"], SubagentRunStatus> = {
+  success: SubagentRunStatus.SUCCESS,
+  backgrounded: SubagentRunStatus.BACKGROUNDED,
+  error: SubagentRunStatus.ERROR,
+  aborted: SubagentRunStatus.ABORTED
+}
 import { bytesToHex, sameBytes, utf8 } from "./Bytes.js"
 import { blobOf } from "./Kv.js"
 import type { Blob } from "./Kv.js"
@@ -132,6 +141,8 @@ export interface CheckpointInput {
   readonly todos: ReadonlyArray<TodoItem>
   /** The plans CreatePlan made in this turn, oldest first: the latest is the conversation's `plan`. */
   readonly plans?: ReadonlyArray<CreatedPlan>
+  /** The subagents the turn's Tasks ran, in the order they ended. */
+  readonly subagentRuns?: ReadonlyArray<SubagentRun>
   /** The mode the conversation is in at the end of the turn (an approved SwitchMode changed it); else the user message's. */
   readonly mode?: CursorMode
   readonly usedTokens: number
@@ -251,6 +262,16 @@ export const projectCheckpoint = (input: CheckpointInput): Checkpoint => {
   checkpoint.tokenDetails = create(ConversationTokenDetailsSchema, { usedTokens: input.usedTokens, maxTokens: input.maxTokens })
   const mode = input.mode ?? userMessage?.mode
   if (mode !== undefined) checkpoint.mode = agentModeOf(mode)
+  for (const run of input.subagentRuns ?? []) {
+    checkpoint.subagentRunsByParentToolCallId[run.toolCallId] = create(SubagentRunStateSchema, {
+      parentToolCallId: run.toolCallId,
+      // The Task's agent_id: the subagent links in the parent's replies point at this card.
+      ...(run.agentId !== "" ? { subagentId: run.agentId } : {}),
+      status: SUBAGENT_STATUS[run.status],
+      title: run.title,
+      completedTimestampMs: BigInt(run.completedAtMs)
+    })
+  }
   for (const plan of input.plans ?? []) {
     checkpoint.plan = add(toBinary(ConversationPlanSchema, create(ConversationPlanSchema, { plan: plan.plan })))
     checkpoint.plans[plan.id] = create(PlanRegistryEntrySchema, { id: plan.id, path: plan.uri })

@@ -75,7 +75,7 @@ export interface RunRequest {
 /** A blob the client keeps that a turn needs: its id (SHA-256 of the bytes) and length (0: not given). */
 export interface ContextPartRef {
   /** A request-context part (`rules`, `mcps`), or an attachment named only by blob id. */
-  readonly part: "rules" | "mcps" | "image" | "document" | "extraContext" | "invocationContext"
+  readonly part: "rules" | "mcps" | "skills" | "subagents" | "image" | "document" | "extraContext" | "invocationContext"
   readonly blobId: Uint8Array
   readonly byteLength: number
 }
@@ -84,6 +84,8 @@ export type ClientMessage = Data.TaggedEnum<{
   RunRequest: RunRequest
   /** A follow-up `conversation_action.user_message_action` on a live request. */
   UserMessage: { readonly message: UserMessage; readonly messageId: string; readonly userMessage: CursorUserMessage }
+  /** `conversation_action.cancel_subagent_action`: the user stops the subagent whose agent id this is. */
+  CancelSubagent: { readonly subagentId: string }
   /** `conversation_action.cancel_action`: decided by its presence, the reason may be empty. */
   Cancel: { readonly reason: string }
   /** A final exec result; correlate with `resolveExec(correlation, id, execId)`. */

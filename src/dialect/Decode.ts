@@ -105,11 +105,12 @@ const decodeConversationAction = (value: ConversationAction): Decoded => {
       const userMessage = asyncAnswersMessageOf(action.value, AgentMode.AGENT)
       return Either.right(ClientMessage.UserMessage({ message: toLlmUserMessage(userMessage), messageId: userMessage.messageId, userMessage }))
     }
+    case "cancelSubagentAction":
+      return Either.right(ClientMessage.CancelSubagent({ subagentId: action.value.subagentId }))
     case "resumeAction":
     case "startPlanAction":
     case "summarizeAction":
     case "executePlanAction":
-    case "cancelSubagentAction":
     case "backgroundShellAction":
     case "backgroundSubagentAction":
       // These only mean something inside a run_request, or are not acted on yet: acknowledged, nothing changes.
@@ -121,7 +122,6 @@ const decodeConversationAction = (value: ConversationAction): Decoded => {
             summarizeAction: 4,
             startPlanAction: 6,
             executePlanAction: 7,
-            cancelSubagentAction: 10,
             backgroundShellAction: 13,
             backgroundSubagentAction: 14
           } as const)[action.case]

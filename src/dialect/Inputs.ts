@@ -19,16 +19,17 @@ import { withRequestId } from "./Settings.js"
  * history (so that an edited earlier message or a restored checkpoint rewinds it). Undefined
  * for a run request that starts no turn.
  */
-export const turnInputOf = (run: RunRequest, requestId: string, server: TurnWebTools = NO_WEB_TOOLS): Input | undefined => {
+export const turnInputOf = (run: RunRequest, requestId: string, server: TurnWebTools = NO_WEB_TOOLS, parent?: ParentLink): Input | undefined => {
   const action = run.action
   const clientHistory = clientHistoryOf(run)
   const history = clientHistory === undefined ? {} : { clientHistory }
+  const settingsOf = (settings: TurnSettings) => withParent(withServerTools(withRequestId(settings, requestId), server), parent)
   switch (action._tag) {
     case "StartTurn":
-      return Input.Start({ ...action.start, settings: withServerTools(withRequestId(action.start.settings, requestId), server), ...history })
+      return Input.Start({ ...action.start, settings: settingsOf(action.start.settings), ...history })
     case "Summarize":
       // The summary call sends the conversation's own tools (the cache key): the same as its turns'.
-      return Input.Summarize({ instructions: action.instructions, settings: withServerTools(withRequestId(action.settings, requestId), server), ...history })
+      return Input.Summarize({ instructions: action.instructions, settings: settingsOf(action.settings), ...history })
     case "Resume":
     case "Unsupported":
       return undefined
@@ -36,6 +37,19 @@ export const turnInputOf = (run: RunRequest, requestId: string, server: TurnWebT
 }
 
 const NO_WEB_TOOLS: TurnWebTools = { search: false, fetch: false }
+
+/** The parent a child run names (Cursor's `x-parent-request-id` and `x-parent-agent-tool-call-id`). */
+export interface ParentLink {
+  readonly requestId: string
+  readonly toolCallId: string
+}
+
+/** A child run's settings name its parent; a run that names a parent without saying it is a subagent is one of the general kind. */
+const withParent = (settings: TurnSettings, parent: ParentLink | undefined): TurnSettings => {
+  if (parent === undefined) return settings
+  const subagent = settings.subagent ?? { type: "generalPurpose", instructions: "", tools: [], readonly: false }
+  return { ...settings, subagent: { ...subagent, parentRequestId: parent.requestId, parentToolCallId: parent.toolCallId } }
+}
 
 /** The web tools a turn offers: those the client allows (its settings) that this server can do (`server`). */
 const withServerTools = (settings: TurnSettings, server: TurnWebTools): TurnSettings => {

@@ -10,7 +10,9 @@ import {
   ConversationStateStructureSchema,
   RequestContextMcpsPartSchema,
   RequestContextRulesPartSchema,
-  RequestContextSchema
+  RequestContextSchema,
+  RequestContextSkillsPartSchema,
+  RequestContextSubagentsPartSchema
 } from "../gen/agent/v1/agent_pb.js"
 import type {
   AgentRunRequest,
@@ -29,6 +31,7 @@ import type { ContextPartRef, RunRequest, WorkspaceInfo } from "./ClientMessage.
 import { attachmentBlobRefsOf } from "./Attachments.js"
 import { cursorModeOf, customModeOf, exitModeOf } from "./Modes.js"
 import { asyncAnswersMessageOf, executePlanMessageOf } from "./Plans.js"
+import { customSubagentsOf, subagentInfosOf, subagentRunOf } from "./Subagents.js"
 import { attachedImagesOf, toLlmUserMessage } from "./UserMessage.js"
 
 const mcpDescriptor = (tool: McpToolDefinition): McpToolDescriptor => {
@@ -105,8 +108,8 @@ const runUserMessageOf = (request: AgentRunRequest): CursorUserMessage | undefin
 }
 
 /**
- * What to read back: the request-context parts in ref_only transport (no inline context), only
- * those this server uses (rules, MCP tools); and attachments named only by blob id (images, then
+ * What to read back: the request-context parts in ref_only transport (no inline context): rules,
+ * MCP tools, skills (a custom mode's instructions) and the user's subagents; and attachments named only by blob id (images, then
  * extra context entries, the invocation context, documents) that did not come along in
  * `pre_fetched_blobs`, each blob once.
  */
@@ -116,6 +119,8 @@ const contextToFetchOf = (request: AgentRunRequest): ReadonlyArray<ContextPartRe
   if (parts !== undefined && inlineRequestContextOf(request) === undefined) {
     if (parts.rulesBlobId.length > 0) refs.push({ part: "rules", blobId: parts.rulesBlobId, byteLength: parts.rulesByteLength })
     if (parts.mcpsBlobId.length > 0) refs.push({ part: "mcps", blobId: parts.mcpsBlobId, byteLength: parts.mcpsByteLength })
+    if (parts.skillsBlobId.length > 0) refs.push({ part: "skills", blobId: parts.skillsBlobId, byteLength: parts.skillsByteLength })
+    if (parts.subagentsBlobId.length > 0) refs.push({ part: "subagents", blobId: parts.subagentsBlobId, byteLength: parts.subagentsByteLength })
   }
   const sentAlong = sentAlongOf(request)
   const userMessage = runUserMessageOf(request)
@@ -152,6 +157,8 @@ export const withContextParts = (
   const whatOf: Record<ContextPartRef["part"], string> = {
     rules: "the rules part of the request context",
     mcps: "the mcps part of the request context",
+    skills: "the skills part of the request context",
+    subagents: "the subagents part of the request context",
     image: "an attached image",
     document: "an attached document",
     extraContext: "an extra context entry",
@@ -176,6 +183,10 @@ export const withContextParts = (
         if (part.cloudRule !== undefined) context.cloudRule = part.cloudRule
       } else if (ref.part === "mcps") {
         context.tools = fromBinary(RequestContextMcpsPartSchema, data).tools
+      } else if (ref.part === "skills") {
+        context.agentSkills = fromBinary(RequestContextSkillsPartSchema, data).agentSkills
+      } else if (ref.part === "subagents") {
+        context.customSubagents = fromBinary(RequestContextSubagentsPartSchema, data).customSubagents
       } else {
         // The user message's renderers look attachments up by blob id (Attachments.ts).
         attachments.set(bytesToHex(ref.blobId), data)
@@ -207,6 +218,8 @@ const decodeRunRequestIn = (
       ? cursorModeOf(request.conversationState.mode)
       : "agent")
   const customMode = mode === "custom" ? customModeOf(userMessage, requestContext) : undefined
+  const customSubagents = customSubagentsOf(requestContext)
+  const subagent = subagentRunOf(request, customSubagents)
   const model = request.requestedModel?.modelId || request.modelDetails?.modelId || ""
   // MCP tools come on the run request and again in the request context; keep the first of each.
   const mcpTools: Array<McpToolDescriptor> = []
@@ -224,6 +237,8 @@ const decodeRunRequestIn = (
     ...(customMode !== undefined ? { customMode } : {}),
     // What the client allows; the transport keeps only what this server can do (`turnInputOf`).
     webTools: { search: requestContext?.webSearchEnabled !== false, fetch: requestContext?.webFetchEnabled !== false },
+    ...(customSubagents.length > 0 ? { subagents: subagentInfosOf(customSubagents) } : {}),
+    ...(subagent !== undefined ? { subagent } : {}),
     workspace,
     mcpTools,
     // The workspace's rule files, then the rules that are not files (the user's and the team's).

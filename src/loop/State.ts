@@ -35,6 +35,28 @@ export const TurnCustomMode = Schema.Struct({
 })
 export type TurnCustomMode = typeof TurnCustomMode.Type
 
+/** A subagent the model may hand work to (Cursor's own types, or one the user defined). */
+export const TurnSubagentInfo = Schema.Struct({
+  name: Schema.String,
+  description: Schema.String
+})
+export type TurnSubagentInfo = typeof TurnSubagentInfo.Type
+
+/**
+ * The turn is a subagent's (a child run Cursor opened for a parent's Task): its type, its
+ * instructions and tools when the user defined it, whether it only reads, and its parent.
+ */
+export const TurnSubagentRun = Schema.Struct({
+  type: Schema.String,
+  instructions: Schema.String,
+  /** The tool names a custom subagent may use; empty: its mode's. */
+  tools: Schema.Array(Schema.String),
+  readonly: Schema.Boolean,
+  parentRequestId: Schema.optional(Schema.String),
+  parentToolCallId: Schema.optional(Schema.String)
+})
+export type TurnSubagentRun = typeof TurnSubagentRun.Type
+
 /** The server-side tools a turn may offer: what the client allows and this server can do. */
 export const TurnWebTools = Schema.Struct({
   search: Schema.Boolean,
@@ -82,6 +104,10 @@ export const TurnSettings = Schema.Struct({
   mode: Schema.optional(TurnMode),
   customMode: Schema.optional(TurnCustomMode),
   webTools: Schema.optional(TurnWebTools),
+  /** The user's own subagents the Task tool may name (`.cursor/agents`). */
+  subagents: Schema.optional(Schema.Array(TurnSubagentInfo)),
+  /** Set when the turn is a subagent's child run. */
+  subagent: Schema.optional(TurnSubagentRun),
   workspace: Schema.optional(TurnWorkspace),
   mcpTools: Schema.optional(Schema.Array(TurnMcpTool)),
   rules: Schema.optional(Schema.Array(TurnRule)),

@@ -52,11 +52,12 @@ export const resume = (env: RunnerEnv, actor: Actor, acc: ActorState) =>
         if (done !== undefined) yield* actor.mailbox.offer(Envelope.Apply({ input: Input.ToolResult({ message: done }), inputId: `${current.operationId}:result` }))
         return "resent" as const
       }
+      const recovered = options.recoveredResult === undefined ? undefined : yield* options.recoveredResult(current.toolCall, store)
       yield* actor.mailbox.offer(Envelope.Apply({
-        input: Input.ToolResult({ message: options.interruptedResult(current.toolCall) }),
+        input: Input.ToolResult({ message: recovered ?? options.interruptedResult(current.toolCall) }),
         inputId: `${current.operationId}:result`
       }))
-      return "interrupted" as const
+      return recovered === undefined ? "interrupted" as const : "resent" as const
     }
     return "none" as const
   }).pipe(Effect.catchAll((error) => Effect.logError("runner: recovery failed", error).pipe(Effect.as("none" as const))))

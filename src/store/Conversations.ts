@@ -344,3 +344,12 @@ export const findHistory = ({ sql }: StoreEnv) => Effect.fn("Store.findHistory")
   if (Either.isLeft(history)) return Option.none()
   return Option.some({ conversationId, messages: history.right.messages })
 })
+
+/** The child conversation whose turn settings name `parentToolCallId` as the Task it runs for. */
+export const findSubagentRun = ({ sql }: StoreEnv) => Effect.fn("Store.findSubagentRun")(function*(parentToolCallId: string) {
+  const rows = yield* sql<{ conversation_id: string }>`
+    SELECT conversation_id FROM conversations
+    WHERE json_extract(state_json, '$.settings.subagent.parentToolCallId') = ${parentToolCallId}
+    ORDER BY updated_at_ms DESC LIMIT 1`.pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findSubagentRun")(e))))
+  return Option.fromNullable(rows[0]?.conversation_id)
+})

@@ -129,7 +129,11 @@ const firstUserText = (rows: ReadonlyArray<{ readonly seq: number; readonly mess
 /** How many of a conversation's first journal rows are read to find its title. */
 const TITLE_ROWS = 4
 
-/** The `limit` most recently active conversations (or the one named), newest first, with their totals over all their model calls. */
+/**
+ * The `limit` most recently active conversations (or the one named), newest first, with their
+ * totals over all their model calls, each titled by the name the user gave it or by its first
+ * user message.
+ */
 export const conversations = ({ sql }: StoreEnv) => Effect.fn("Store.conversations")(function*(limit: number, conversationId?: string) {
   const read = Effect.gen(function*() {
     const rows = yield* sql<{ conversation_id: string; status: string; state_json: string; message_count: number; updated_at_ms: number }>`
@@ -137,25 +141,28 @@ export const conversations = ({ sql }: StoreEnv) => Effect.fn("Store.conversatio
       ${conversationId === undefined ? sql`` : sql`WHERE conversation_id = ${conversationId}`}
       ORDER BY updated_at_ms DESC, conversation_id LIMIT ${limit}`
     const ids = rows.map((row) => row.conversation_id)
-    if (ids.length === 0) return { rows, firsts: [], calls: [] }
+    if (ids.length === 0) return { rows, firsts: [], calls: [], names: [] }
     const firsts = yield* sql<{ conversation_id: string; seq: number; message_json: string }>`
       SELECT conversation_id, seq, message_json FROM messages WHERE seq < ${TITLE_ROWS} AND ${sql.in("conversation_id", ids)}`
     const calls = yield* sql<{ conversation_id: string; usage_json: string | null; cost_usd: number | null; updated_at_ms: number }>`
       SELECT conversation_id, usage_json, cost_usd, updated_at_ms FROM llm_calls WHERE ${sql.in("conversation_id", ids)}`
-    return { rows, firsts, calls }
+    const names = yield* sql<{ conversation_id: string; name: string }>`
+      SELECT conversation_id, name FROM conversation_names WHERE ${sql.in("conversation_id", ids)}`
+    return { rows, firsts, calls, names }
   })
-  const { calls, firsts, rows } = yield* sql.withTransaction(read).pipe(
+  const { calls, firsts, names, rows } = yield* sql.withTransaction(read).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("conversations")(e)))
   )
   const callsBy = Array.groupBy(calls, (call) => call.conversation_id)
   const firstsBy = Array.groupBy(firsts, (first) => first.conversation_id)
+  const nameOf = new Map(names.map((row) => [row.conversation_id, row.name]))
   return rows.map((row): ConversationInsight => {
     const state = decodeJson(row.state_json, decodeStateSummary)
     const own = callsBy[row.conversation_id] ?? []
     return {
       conversationId: row.conversation_id,
       status: row.status,
-      title: firstUserText(firstsBy[row.conversation_id] ?? []),
+      title: nameOf.get(row.conversation_id) ?? firstUserText(firstsBy[row.conversation_id] ?? []),
       model: Either.isRight(state) ? state.right.settings?.model ?? null : null,
       turns: Either.isRight(state) ? state.right.turnSeq : 0,
       messageCount: Number(row.message_count),

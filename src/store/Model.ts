@@ -81,7 +81,7 @@ export interface RecentCall extends CallInsight {
 export interface ConversationInsight {
   readonly conversationId: string
   readonly status: string
-  /** The first user message's text (whole: the reader shortens it). */
+  /** The name the user gave the chat, else its first user message's text (whole: the reader shortens it). */
   readonly title: string
   /** The model the last turn asked for; null before any turn settled one. */
   readonly model: string | null
@@ -405,6 +405,11 @@ export interface StoreService {
   readonly findHistory: (
     keys: ReadonlyArray<string>
   ) => Effect.Effect<Option.Option<{ readonly conversationId: string; readonly messages: ReadonlyArray<Message> }>, StoreError>
+  /**
+   * The subagent conversation a parent's Task opened (its settings name the Task's tool call as
+   * its parent), the most recently active one; none when no child named it.
+   */
+  readonly findSubagentRun: (parentToolCallId: string) => Effect.Effect<Option.Option<string>, StoreError>
   /** The conversation's model calls in the order they were made, as the operator reads them. */
   readonly callsOf: (conversationId: string) => Effect.Effect<ReadonlyArray<CallInsight>, StoreError>
   /** The `limit` most recently active conversations (or only the one named), newest first, with their totals (the console's list). */
@@ -415,6 +420,13 @@ export interface StoreService {
   readonly segments: (conversationId: string) => Effect.Effect<ReadonlyArray<SegmentRecord>, StoreError>
   /** Records a call's time to its first delta and its attempts (never its status; not a commit point). */
   readonly recordCallTiming: (callId: string, timing: CallTiming) => Effect.Effect<void, StoreError>
+  /**
+   * Sets a conversation's name (an empty name clears it); with `onlyIfEmpty`, only when it has
+   * none. Whether it changed. The conversation need not exist yet.
+   */
+  readonly nameConversation: (conversationId: string, name: string, onlyIfEmpty: boolean) => Effect.Effect<boolean, StoreError>
+  /** The name a conversation was given, if any. */
+  readonly conversationName: (conversationId: string) => Effect.Effect<Option.Option<string>, StoreError>
   /** Appends one stream event to the optional diagnostics log (never read back into history). */
   readonly appendDiagnostic: (callId: string, eventIndex: number, event: unknown) => Effect.Effect<void, StoreError>
 }

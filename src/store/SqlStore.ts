@@ -12,18 +12,19 @@
  *
  * The statements are grouped by what they keep: `Conversations.ts` (commits, loading, applied
  * inputs and turn starts), `LlmCalls.ts` (model calls and their request parts, stream
- * diagnostics) and `Operations.ts` (client operations), each a function of an explicit
- * `StoreEnv` (`Env.ts`); the rows and their decoding are in `Rows.ts`. This module builds that
- * environment and assembles the service.
+ * diagnostics), `Operations.ts` (client operations) and `Names.ts` (chat names), each a
+ * function of an explicit `StoreEnv` (`Env.ts`); the rows and their decoding are in `Rows.ts`.
+ * This module builds that environment and assembles the service.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Either } from "effect"
-import { commitInput, findHistory, findInputCommit, findTurnStarts, load, segments } from "./Conversations.js"
+import { commitInput, findHistory, findInputCommit, findSubagentRun, findTurnStarts, load, segments } from "./Conversations.js"
 import { makePartHashes, storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
 import { callsOf, callsSince, conversations } from "./Insights.js"
 import { appendDiagnostic, costs, loadLlmCall, markLlmCall, recordCallTiming, saveLlmCall } from "./LlmCalls.js"
 import type { InFlight, LlmCallRecord, OperationRecord, StoreService } from "./Model.js"
+import { conversationName, nameConversation } from "./Names.js"
 import { cancelOperation, completeOperation, loadOperation, markOperationSent, saveOperations } from "./Operations.js"
 import { toCallRecord, toOperationRecord } from "./Rows.js"
 import type { LlmCallRow, OperationRow } from "./Rows.js"
@@ -55,7 +56,10 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
     conversations: conversations(env),
     callsSince: callsSince(env),
     findHistory: findHistory(env),
-    appendDiagnostic: appendDiagnostic(env)
+    findSubagentRun: findSubagentRun(env),
+    appendDiagnostic: appendDiagnostic(env),
+    nameConversation: nameConversation(env),
+    conversationName: conversationName(env)
   } satisfies StoreService
 })
 

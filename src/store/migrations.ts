@@ -173,11 +173,26 @@ const callTimings = Effect.gen(function*() {
   yield* sql`CREATE INDEX llm_calls_created ON llm_calls (created_at_ms)`
 })
 
+/**
+ * The names users give their chats (`UpdateConversationMetadata`). No reference to
+ * `conversations`: Cursor names a chat before its first turn is committed.
+ */
+const conversationNames = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE conversation_names (
+      conversation_id TEXT PRIMARY KEY NOT NULL,
+      name TEXT NOT NULL,
+      updated_at_ms INTEGER NOT NULL
+    )`
+})
+
 /** Keyed `<id>_<name>` as the migrator expects; applied in id order, each once. */
 export const migrations = {
   "0001_init": init,
   "0002_turn_starts": turnStarts,
   "0003_call_costs": callCosts,
   "0004_segments": segments,
-  "0005_call_timings": callTimings
+  "0005_call_timings": callTimings,
+  "0006_conversation_names": conversationNames
 }

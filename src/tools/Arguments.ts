@@ -45,6 +45,18 @@ export const GrepInput = Schema.Struct({
 })
 export const GlobInput = Schema.Struct({ glob_pattern: Schema.String, target_directory: OptString })
 export const LsInput = Schema.Struct({ path: Schema.String, ignore: Schema.optional(Schema.Array(Schema.String)) })
+/** At most this many files per ReadLints call: one exec each, one at a time. */
+export const READ_LINTS_MAX_PATHS = 20
+export const ReadLintsInput = Schema.Struct({
+  paths: Schema.Array(Schema.String.pipe(Schema.minLength(1, { message: () => "a path must not be empty" }))).pipe(
+    Schema.minItems(1, { message: () => "paths must name at least one file" }),
+    Schema.maxItems(READ_LINTS_MAX_PATHS, { message: () => `paths may name at most ${READ_LINTS_MAX_PATHS} files; check the rest in another call` })
+  )
+})
+export const WriteShellStdinInput = Schema.Struct({
+  shell_id: Schema.Int.pipe(Schema.between(0, 0xffff_ffff, { message: () => "shell_id must be the shell id a Shell result gave" })),
+  chars: Schema.String.pipe(Schema.minLength(1, { message: () => "chars must not be empty" }))
+})
 export const TodoStatusInput = Schema.Literal("pending", "in_progress", "completed", "cancelled")
 export const TodoInput = Schema.Struct({
   todos: Schema.Array(Schema.Struct({ id: Schema.String, content: Schema.String, status: TodoStatusInput })),

@@ -17,7 +17,8 @@ const object = (properties: Record<string, unknown>, required: ReadonlyArray<str
   additionalProperties: false
 })
 
-const definitions: Record<Exclude<ToolKind, "mcp">, ToolDefinition> = {
+/** Task's definition names the workspace's subagents: built per list (`Task.taskDefinition`), not here. */
+const definitions: Record<Exclude<ToolKind, "mcp" | "task">, ToolDefinition> = {
   shell: {
     name: "Shell",
     description:
@@ -95,6 +96,20 @@ const definitions: Record<Exclude<ToolKind, "mcp">, ToolDefinition> = {
       ignore: { type: "array", items: { type: "string" }, description: "Glob patterns to leave out." }
     }, ["path"])
   },
+  readLints: {
+    name: "ReadLints",
+    description:
+      "Read the editor's problems (linter and type-checker errors and warnings) for files, for example the files you just edited. Errors come first; lines and columns are 1-based.",
+    parameters: object({
+      paths: {
+        type: "array",
+        items: { type: "string" },
+        minItems: 1,
+        maxItems: 20,
+        description: "The files to check (1 to 20): absolute paths, or paths relative to the workspace root."
+      }
+    }, ["paths"])
+  },
   todoWrite: {
     name: "TodoWrite",
     description: "Create or update the task list shown to the user. With merge, items are updated by id; otherwise the list is replaced.",
@@ -161,6 +176,15 @@ const definitions: Record<Exclude<ToolKind, "mcp">, ToolDefinition> = {
     name: "WebFetch",
     description: "Fetch a web page (http or https) and read it as Markdown. Addresses on the user's private network are refused.",
     parameters: object({ url: str("The absolute URL to fetch.") }, ["url"])
+  },
+  writeShellStdin: {
+    name: "WriteShellStdin",
+    description:
+      "Type characters into a command that is still running in the background (a Shell call whose result gave a shell id). Include \"\\n\" to press Enter; control characters such as \"\\u0003\" (Ctrl-C) are sent as they are.",
+    parameters: object({
+      shell_id: int("The shell id the Shell result gave."),
+      chars: str("The characters to type.")
+    }, ["shell_id", "chars"])
   }
 }
 
@@ -173,10 +197,25 @@ const mcpDefinition = (tool: McpToolDescriptor): ToolDefinition => ({
   parameters: isJsonObject(tool.inputSchema) ? tool.inputSchema : { type: "object", properties: {} }
 })
 
-type NativeKind = Exclude<ToolKind, "mcp">
+type NativeKind = Exclude<ToolKind, "mcp" | "task">
 
-const READ_ONLY: ReadonlyArray<NativeKind> = ["read", "grep", "glob", "ls"]
-const AGENT: ReadonlyArray<NativeKind> = ["shell", "read", "write", "edit", "delete", "grep", "glob", "ls", "todoWrite", "askQuestion", "switchMode"]
+const READ_ONLY: ReadonlyArray<NativeKind> = ["read", "grep", "glob", "ls", "readLints"]
+// ReadLints sits with the tools that read; WriteShellStdin, which only a backgrounded Shell command needs, goes last.
+const AGENT: ReadonlyArray<NativeKind> = [
+  "shell",
+  "read",
+  "write",
+  "edit",
+  "delete",
+  "grep",
+  "glob",
+  "ls",
+  "readLints",
+  "todoWrite",
+  "askQuestion",
+  "switchMode",
+  "writeShellStdin"
+]
 const PLAN: ReadonlyArray<NativeKind> = [...READ_ONLY, "todoWrite", "createPlan", "askQuestion", "switchMode"]
 
 /**
@@ -225,6 +264,9 @@ const nativeCatalog = (mode: CursorMode, web: WebTools): ReadonlyArray<ToolDefin
 }
 
 const NO_WEB: WebTools = { search: false, fetch: false }
+
+/** Whether a mode offers a native tool (its web tools aside). */
+export const offers = (mode: CursorMode, kind: NativeKind): boolean => MODE_TOOLS[mode].includes(kind)
 
 /** The tools offered in a mode: Cursor's native tools for it, the web tools allowed, then (in the modes that write) the MCP tools. */
 export const toolCatalog = (mode: CursorMode, mcpTools: ReadonlyArray<McpToolDescriptor>, web: WebTools = NO_WEB): ReadonlyArray<ToolDefinition> => {

@@ -1,6 +1,7 @@
 /**
  * Write and StrReplace: the file is read from the client, the change applied on the server
- * (`applyChange`), and the new content written back; the outcome carries the diff.
+ * (`applyChange`), and the new content written back; the outcome carries the diff, and the
+ * model is reminded that ReadLints can check the file.
  */
 import { create } from "@bufbuild/protobuf"
 import type { MessageInitShape } from "@bufbuild/protobuf"
@@ -10,6 +11,9 @@ import { unifiedDiff } from "./Diff.js"
 import { ToolRun, ToolStep } from "./Model.js"
 import type { ExecReply, ToolRunOf } from "./Model.js"
 import { describeFailure, done, resultMessage, unexpected, withId } from "./Results.js"
+
+/** Ends an edit's success text where the mode offers ReadLints: one fixed sentence, so the bytes stay the same. */
+export const LINTS_HINT = "Run ReadLints on it to see any problems the change introduced."
 
 export const onEdit = (edit: ToolRunOf<"Edit">, reply: ExecReply): ToolStep => {
   const { call, change, path } = edit
@@ -90,7 +94,8 @@ export const onEdit = (edit: ToolRunOf<"Edit">, reply: ExecReply): ToolStep => {
     })
   })
   const verb = edit.before === undefined ? "Created" : "Edited"
-  return done({ message: resultMessage(call, `${verb} ${path} (+${diff.added} -${diff.removed}).`, false), cursor })
+  const text = `${verb} ${path} (+${diff.added} -${diff.removed}).${edit.suggestLints ? ` ${LINTS_HINT}` : ""}`
+  return done({ message: resultMessage(call, text, false), cursor })
 }
 
 /** Applies a Write or StrReplace to the current content (undefined: the file does not exist). */

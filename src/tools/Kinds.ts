@@ -20,6 +20,7 @@ export const ToolKind = Schema.Literal(
   "grep",
   "glob",
   "ls",
+  "readLints",
   "delete",
   "mcp",
   "todoWrite",
@@ -27,7 +28,9 @@ export const ToolKind = Schema.Literal(
   "askQuestion",
   "switchMode",
   "webSearch",
-  "webFetch"
+  "webFetch",
+  "writeShellStdin",
+  "task"
 )
 export type ToolKind = typeof ToolKind.Type
 
@@ -36,11 +39,12 @@ export const QUERY_KINDS: ReadonlyArray<ToolKind> = ["createPlan", "askQuestion"
 
 /**
  * Read-only kinds may be re-run after a crash without asking; the others changed the
- * workspace (or an MCP server) and must not be repeated blindly. A question to the client is
+ * workspace (or an MCP server, or typed into a running shell) and must not be repeated blindly. A question to the client is
  * asked again (its answer was never applied), and a web search or fetch only reads.
  */
 export const isIdempotent = (kind: ToolKind): boolean =>
-  kind === "read" || kind === "grep" || kind === "glob" || kind === "ls" || kind === "todoWrite" || QUERY_KINDS.includes(kind)
+  kind === "read" || kind === "grep" || kind === "glob" || kind === "ls" || kind === "readLints" || kind === "todoWrite" ||
+  QUERY_KINDS.includes(kind)
 
 /**
  * An MCP tool as the run request described it (`name` is what Cursor wants back in
@@ -67,12 +71,15 @@ const BUILTIN: Record<string, ToolKind> = {
   Grep: "grep",
   Glob: "glob",
   Ls: "ls",
+  ReadLints: "readLints",
   TodoWrite: "todoWrite",
   CreatePlan: "createPlan",
   AskQuestion: "askQuestion",
   SwitchMode: "switchMode",
   WebSearch: "webSearch",
-  WebFetch: "webFetch"
+  WebFetch: "webFetch",
+  WriteShellStdin: "writeShellStdin",
+  Task: "task"
 }
 
 /** The kind of a model tool name, or undefined for a name we never offered. */

@@ -38,19 +38,25 @@ import {
   parseArgs,
   readArgs,
   ReadInput,
+  ReadLintsInput,
   readToolArgs,
   ShellInput,
   TodoInput,
-  WriteInput
+  WriteInput,
+  WriteShellStdinInput
 } from "./Arguments.js"
+import { offers } from "./Catalog.js"
 import { onEdit } from "./Edit.js"
 import { findMcp, kindOf } from "./Kinds.js"
+import { onLints, startLints } from "./Lints.js"
 import { ToolRun, ToolStep } from "./Model.js"
 import type { EditChange, ExecReply, ToolContext, ToolStart } from "./Model.js"
 import { filesOf, formatGrep, formatTree, mcpOutcome, readOutcome } from "./Outcomes.js"
 import { describeFailure, done, failed, partialCursorToolCall, resultMessage, startedOf, unexpected, withId } from "./Results.js"
 import { isQueryRun, startQuery } from "./Queries.js"
+import { onSubagentReply, startTask, taskCard } from "./Task.js"
 import { onShell } from "./Shell.js"
+import { onStdin, startStdin } from "./Stdin.js"
 import { todoWrite } from "./Todo.js"
 
 const SHELL_DEFAULT_TIMEOUT_MS = 30_000
@@ -123,7 +129,8 @@ export const startTool = (call: ToolCall, context: ToolContext): ToolStart => {
       if (change.right.change.kind === "replace" && change.right.change.oldString === change.right.change.newString) {
         return invalid("old_string and new_string are identical")
       }
-      const run = ToolRun.Edit({ call, path, change: change.right.change, phase: "reading", before: undefined, after: "" })
+      const suggestLints = offers(context.mode ?? "agent", "readLints")
+      const run = ToolRun.Edit({ call, path, change: change.right.change, phase: "reading", before: undefined, after: "", suggestLints })
       const streamContent = change.right.change.kind === "write" ? change.right.change.contents : change.right.change.newString
       return {
         started: withId(call, { case: "editToolCall", value: create(EditToolCallSchema, { args: create(EditArgsSchema, { path, streamContent }) }) }),
@@ -178,6 +185,16 @@ export const startTool = (call: ToolCall, context: ToolContext): ToolStart => {
         step: ToolStep.Exec({ run: ToolRun.Ls({ call, path: parsed.right.path, ignore }), exec: { case: "lsArgs", value: args } })
       }
     }
+    case "readLints": {
+      const parsed = parseArgs(ReadLintsInput, call.arguments)
+      if (Either.isLeft(parsed)) return invalid(parsed.left)
+      return startLints(call, parsed.right.paths)
+    }
+    case "writeShellStdin": {
+      const parsed = parseArgs(WriteShellStdinInput, call.arguments)
+      if (Either.isLeft(parsed)) return invalid(parsed.left)
+      return startStdin(call, parsed.right.shell_id, parsed.right.chars)
+    }
     case "mcp": {
       const tool = findMcp(call.name, context.mcpTools)!
       const parsed = parseArgs(McpInput, call.arguments)
@@ -199,6 +216,12 @@ export const startTool = (call: ToolCall, context: ToolContext): ToolStart => {
     case "webSearch":
     case "webFetch":
       return startQuery(kind, call, context)
+    case "task": {
+      const started = startTask(call, context.subagents ?? { subagentModel: "", customSubagents: [], conversationId: "" })
+      if (Either.isLeft(started)) return invalid(started.left)
+      const run = ToolRun.Task({ call, args: started.right.args, exec: started.right.exec })
+      return { started: taskCard(call, run.args), step: ToolStep.Exec({ run, exec: { case: "subagentArgs", value: run.exec } }) }
+    }
   }
 }
 
@@ -272,6 +295,12 @@ export const onExecReply = (run: ToolRun, reply: ExecReply): ToolStep =>
     Mcp: ({ args, call, tool }) => {
       if (reply.case !== "mcpResult") return unexpected(run, reply)
       return done(mcpOutcome(call, mcpArgs(call, tool, args), reply.value))
+    },
+    ReadLints: (lints) => onLints(lints, reply),
+    WriteShellStdin: (stdin) => onStdin(stdin, reply),
+    Task: ({ args, call }) => {
+      const outcome = onSubagentReply(call, args, reply)
+      return outcome === undefined ? unexpected(run, reply) : done(outcome)
     },
     CreatePlan: () => unexpected(run, reply),
     AskQuestion: () => unexpected(run, reply),

@@ -9,6 +9,7 @@ import { Data } from "effect"
 import type {
   AskQuestionArgs,
   CreatePlanArgs,
+  DiagnosticsResult,
   ExecClientMessage,
   ExecServerMessage,
   InteractionQuerySchema,
@@ -21,6 +22,8 @@ import type {
 import type { ToolCall, ToolResultMessage } from "../Llm.js"
 import type { GrepInput } from "./Arguments.js"
 import type { CursorMode, McpToolDescriptor } from "./Kinds.js"
+import type { SubagentArgs, TaskArgs } from "../gen/agent/v1/agent_pb.js"
+import type { SubagentRun, TaskContext } from "./Task.js"
 
 export type { CursorToolCall }
 
@@ -55,6 +58,8 @@ export interface ToolContext {
   readonly todos: ReadonlyArray<TodoItem>
   /** The mode the model is in now (SwitchMode says where it switches from); agent when not said. */
   readonly mode?: CursorMode
+  /** Task: the model the child runs on, the user's subagents, the parent's conversation. */
+  readonly subagents?: TaskContext
 }
 
 /** A plan CreatePlan made: the checkpoint keeps it (`plan`, and `plans` by id). */
@@ -74,6 +79,8 @@ export interface ToolOutcome {
   readonly todos?: ReadonlyArray<TodoItem>
   /** Set by CreatePlan when the client made the plan. */
   readonly plan?: CreatedPlan
+  /** Set by Task: the subagent's run, for the checkpoint. */
+  readonly subagent?: Omit<SubagentRun, "completedAtMs">
 }
 
 export interface ShellOutput {
@@ -95,11 +102,18 @@ export type ToolRun = Data.TaggedEnum<{
     /** The file before the change; undefined when it did not exist. */
     readonly before: string | undefined
     readonly after: string
+    /** The success text ends with a hint to run ReadLints on the file (when the mode offers it). */
+    readonly suggestLints: boolean
   }
   Delete: { readonly call: ToolCall; readonly path: string }
   Grep: { readonly call: ToolCall; readonly input: GrepInput }
   Glob: { readonly call: ToolCall; readonly pattern: string; readonly directory: string }
   Ls: { readonly call: ToolCall; readonly path: string; readonly ignore: ReadonlyArray<string> }
+  /** One diagnostics exec per path, in order: `results` holds the answers so far (the next path is `paths[results.length]`). */
+  ReadLints: { readonly call: ToolCall; readonly paths: ReadonlyArray<string>; readonly results: ReadonlyArray<DiagnosticsResult> }
+  WriteShellStdin: { readonly call: ToolCall; readonly shellId: number; readonly chars: string }
+  /** A subagent the client runs as a child agent; its `subagent_result` ends the call. */
+  Task: { readonly call: ToolCall; readonly args: TaskArgs; readonly exec: SubagentArgs }
   Mcp: { readonly call: ToolCall; readonly tool: McpToolDescriptor; readonly args: Record<string, unknown> }
   CreatePlan: { readonly call: ToolCall; readonly args: CreatePlanArgs }
   AskQuestion: { readonly call: ToolCall; readonly args: AskQuestionArgs }

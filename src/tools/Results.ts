@@ -18,13 +18,18 @@ import {
   LsToolCallSchema,
   McpToolCallSchema,
   McpToolResultSchema,
+  ReadLintsToolCallSchema,
+  ReadLintsToolResultSchema,
   ReadToolCallSchema,
   ReadToolResultSchema,
   ShellResultSchema,
   ShellToolCallSchema,
+  TaskToolCallSchema,
   ToolCallSchema,
   UpdateTodosResultSchema,
-  UpdateTodosToolCallSchema
+  UpdateTodosToolCallSchema,
+  WriteShellStdinResultSchema,
+  WriteShellStdinToolCallSchema
 } from "../gen/agent/v1/agent_pb.js"
 import type { ToolCall as CursorToolCall } from "../gen/agent/v1/agent_pb.js"
 import type { ToolCall, ToolResultMessage } from "../Llm.js"
@@ -34,6 +39,7 @@ import type { McpToolDescriptor } from "./Kinds.js"
 import { ToolRun, ToolStep } from "./Model.js"
 import type { ToolOutcome } from "./Model.js"
 import { failedCase, startedOf as queryStartedOf } from "./Queries.js"
+import { taskCard } from "./Task.js"
 
 /** Output kept for the model from one command; the middle is elided beyond this. */
 export const MODEL_OUTPUT_LIMIT = 30_000
@@ -67,6 +73,12 @@ export const partialCursorToolCall = (name: string, mcpTools: ReadonlyArray<McpT
       return create(ToolCallSchema, { tool: { case: "globToolCall", value: {} } })
     case "ls":
       return create(ToolCallSchema, { tool: { case: "lsToolCall", value: {} } })
+    case "readLints":
+      return create(ToolCallSchema, { tool: { case: "readLintsToolCall", value: {} } })
+    case "writeShellStdin":
+      return create(ToolCallSchema, { tool: { case: "writeShellStdinToolCall", value: {} } })
+    case "task":
+      return create(ToolCallSchema, { tool: { case: "taskToolCall", value: {} } })
     case "mcp":
       return create(ToolCallSchema, { tool: { case: "mcpToolCall", value: {} } })
     case "todoWrite":
@@ -113,8 +125,23 @@ export const failed = (call: ToolCall, text: string, started?: CursorToolCall): 
     case "lsToolCall":
       typed = { case: "lsToolCall", value: create(LsToolCallSchema, { ...tool.value, result: create(LsResultSchema, { result: { case: "error", value: { error: text } } }) }) }
       break
+    case "readLintsToolCall":
+      typed = {
+        case: "readLintsToolCall",
+        value: create(ReadLintsToolCallSchema, { ...tool.value, result: create(ReadLintsToolResultSchema, { result: { case: "error", value: { errorMessage: text } } }) })
+      }
+      break
+    case "writeShellStdinToolCall":
+      typed = {
+        case: "writeShellStdinToolCall",
+        value: create(WriteShellStdinToolCallSchema, { ...tool.value, result: create(WriteShellStdinResultSchema, { result: { case: "error", value: { error: text } } }) })
+      }
+      break
     case "mcpToolCall":
       typed = { case: "mcpToolCall", value: create(McpToolCallSchema, { ...tool.value, result: create(McpToolResultSchema, { result: { case: "error", value: { error: text } } }) }) }
+      break
+    case "taskToolCall":
+      typed = { case: "taskToolCall", value: create(TaskToolCallSchema, { args: tool.value.args, result: { result: { case: "error", value: { error: text } } } }) }
       break
     case "updateTodosToolCall":
       typed = { case: "updateTodosToolCall", value: create(UpdateTodosToolCallSchema, { ...tool.value, result: create(UpdateTodosResultSchema, { result: { case: "error", value: { error: text } } }) }) }
@@ -141,6 +168,10 @@ export const startedOf = (run: ToolRun): CursorToolCall =>
       withId(call, { case: "globToolCall", value: create(GlobToolCallSchema, { args: { globPattern: pattern, targetDirectory: directory } }) }),
     Ls: ({ call, ignore, path }) => withId(call, { case: "lsToolCall", value: create(LsToolCallSchema, { args: { path, ignore: [...ignore], toolCallId: call.id } }) }),
     Mcp: ({ args, call, tool }) => withId(call, { case: "mcpToolCall", value: create(McpToolCallSchema, { args: mcpArgs(call, tool, args) }) }),
+    ReadLints: ({ call, paths }) => withId(call, { case: "readLintsToolCall", value: create(ReadLintsToolCallSchema, { args: { paths: [...paths] } }) }),
+    WriteShellStdin: ({ call, chars, shellId }) =>
+      withId(call, { case: "writeShellStdinToolCall", value: create(WriteShellStdinToolCallSchema, { args: { shellId, chars } }) }),
+    Task: ({ args, call }) => taskCard(call, args),
     CreatePlan: queryStartedOf,
     AskQuestion: queryStartedOf,
     SwitchMode: queryStartedOf,

@@ -87,7 +87,9 @@ export const onShell = (shell: ToolRunOf<"Shell">, reply: ExecReply): ToolStep =
           }
         }
       })
-      const text = `The command is still running in the background (shell id ${b.shellId}). Output so far:\n${clip(output.interleaved) || "(none)"}`
+      const text = `The command is still running in the background (shell id ${b.shellId}); WriteShellStdin with shell_id ${b.shellId} types into it. Output so far:\n${
+        clip(output.interleaved) || "(none)"
+      }`
       return finish(result, text, false)
     }
     case "rejected":

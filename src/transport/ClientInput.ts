@@ -12,7 +12,8 @@ import type { Context } from "effect"
 import * as Dialect from "../Dialect.js"
 import type { ClientMessage, RunRequest } from "../Dialect.js"
 import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
-import type { Input, TurnWebTools } from "../Loop.js"
+import { Input } from "../Loop.js"
+import type { TurnWebTools } from "../Loop.js"
 import type { Runner } from "../Runner.js"
 import * as Tools from "../Tools.js"
 import { dropHeld, settle } from "./Acks.js"
@@ -23,6 +24,7 @@ import * as Resume from "./Resume.js"
 import { conversationOf, inputIdOf, isEnded, isReplay, isUnresolved, Lifecycle, write } from "./Session.js"
 import type { Session, SessionEnv, Taken } from "./Session.js"
 import type { SessionsService } from "./Sessions.js"
+import { attachChild, cancelSubagent } from "./Subagents.js"
 import { isWork, onExecReply, onQueryReply, onWorkDone } from "./ToolOps.js"
 import type { ToolDone, WorkToDo } from "./ToolOps.js"
 import { endSession } from "./TurnEnd.js"
@@ -96,6 +98,12 @@ const handle = (env: InputEnv, request: Session, seqno: number, message: ClientM
         session.queuedTurnExpected = true
       }
       return afterStart(env, session, durable, (wait) => submitDurably(env, wait, conversationId, Dialect.followUpInputOf(message), inputId))
+    case "CancelSubagent":
+      return Effect.flatMap(cancelSubagent(env.sessions, session, message.subagentId), ({ children, done }) =>
+        Effect.zipRight(
+          Effect.forEach(children, (child) => submitDurably(env, durable, child, Input.Cancel({ reason: "the user stopped this subagent" }), `${inputId}/subagent`), { discard: true }),
+          submitToolDone(env, durable)(done)
+        ))
     case "Cancel":
       return conversationId === undefined
         ? Effect.void
@@ -180,8 +188,9 @@ const onRunRequest = (env: InputEnv, session: Session, seqno: number, run: RunRe
         if (action.userMessageId !== "") session.turnKey = action.userMessageId
         // A summarize reads the context back too: its call must send the same system prompt (the rules) to hit the cache.
         if (run.contextToFetch.length > 0 || run.pastChatsToRead.length > 0) return yield* startAfterContext(env, session, seqno, run, durable)
-        const input = Dialect.turnInputOf(run, session.requestId, env.worker.capabilities())
+        const input = Dialect.turnInputOf(run, session.requestId, env.worker.capabilities(), session.parent)
         if (input === undefined) return
+        yield* attachChild(env.sessions, session, session.conversationId)
         return yield* submitDurably(env, durable, session.conversationId, input, inputIdOf(session, seqno))
       }
       case "Resume":
@@ -243,8 +252,9 @@ const startAfterContext = (env: InputEnv, session: Session, seqno: number, run: 
         ), { concurrency: "unbounded", discard: true })
       const merged = Dialect.withContextParts(run, fetched, yield* pastChatsOf(env, run))
       for (const problem of merged.problems) yield* Effect.logWarning(`transport: ${session.requestId}: ${problem}; the turn starts without it`)
-      const input = Dialect.turnInputOf(merged.run, session.requestId, env.worker.capabilities())
+      const input = Dialect.turnInputOf(merged.run, session.requestId, env.worker.capabilities(), session.parent)
       if (isEnded(session) || input === undefined) return
+      yield* attachChild(env.sessions, session, conversationOf(session, merged.run))
       session.run = merged.run
       const committed: Array<Effect.Effect<void>> = []
       yield* submitDurably(env, committed, conversationOf(session, merged.run), input, inputIdOf(session, seqno))

@@ -45,6 +45,8 @@ export interface TransportOptions {
   readonly queuedMessageGraceMs: number
   /** The context window of a model, for the checkpoint's context meter. */
   readonly contextWindowOf: (model: string) => number
+  /** The model a Task's subagent runs on; undefined: the parent turn's. */
+  readonly subagentModel?: () => string | undefined
 }
 
 export const defaultTransportOptions: TransportOptions = {

@@ -25,6 +25,7 @@ import * as Dialect from "../Dialect.js"
 import { Transport } from "../Transport.js"
 import type { TransportService } from "../Transport.js"
 import { ConnectError, endStreamFrame, FLAG_END_STREAM, httpStatusOf, splitEnvelopes } from "./Connect.js"
+import { parentLinkOf } from "./Subagents.js"
 
 export const RUN_PATH = "/agent.v1.AgentService/Run"
 
@@ -116,7 +117,7 @@ const serveRun = (transport: TransportService, stream: Http2.ServerHttp2Stream, 
     const requestId = typeof header === "string" && header !== "" ? header : randomUUID()
     stream.respond({ ":status": 200, "content-type": "application/connect+proto", "connect-accept-encoding": "gzip" })
 
-    const output = yield* transport.runOutput(requestId)
+    const output = yield* transport.runOutput(requestId, parentLinkOf(headers))
     const writer = yield* Effect.fork(Stream.runForEach(output, (bytes) => writeTo(stream, bytes)).pipe(
       Effect.zipRight(Effect.sync(() => stream.end()))
     ))

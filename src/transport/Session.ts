@@ -17,6 +17,7 @@ import type { CursorMode } from "../Tools.js"
 import type { AgentServerMessage, ConversationStateStructure, PrewarmRequest, TodoItem, ToolCall as CursorToolCall } from "../gen/agent/v1/agent_pb.js"
 import type { TurnRef } from "../Runner.js"
 import type { CreatedPlan, ToolRun } from "../Tools.js"
+import type * as Tools from "../Tools.js"
 import { emptyInbox } from "./AppendInbox.js"
 import type { AppendInbox } from "./AppendInbox.js"
 import { envelope } from "./Connect.js"
@@ -50,6 +51,8 @@ export interface RunningOperation {
   readonly modelCallId: string
   readonly startedAtMs: number
   run: ToolRun | undefined
+  /** A Task's child run, once Cursor opened it (`Subagents.attachChild`). */
+  child?: { readonly conversationId: string; readonly requestId: string }
 }
 
 /** An append the inbox took, with when it arrived (a held one's wait counts from then). */
@@ -119,6 +122,10 @@ export interface Session {
   /** The checkpoint this stream last published: the next turn on the stream builds on it. */
   lastCheckpoint: ConversationStateStructure | undefined
   todos: ReadonlyArray<TodoItem>
+  /** The parent this request's run is a subagent for (Cursor's `x-parent-*` headers). */
+  parent: Dialect.ParentLink | undefined
+  /** The subagents this turn's Tasks ran, for the checkpoint's `subagent_runs_by_parent_tool_call_id`. */
+  subagentRuns: Array<Tools.SubagentRun>
   /** The plans CreatePlan made (those the client's checkpoint held first), for the checkpoint's `plan` and `plans`. */
   plans: ReadonlyArray<CreatedPlan>
   /** Typed tool calls as the UI saw them complete, for the checkpoint's steps. */
@@ -171,6 +178,8 @@ export const makeSession = (requestId: string, atMs: number): Effect.Effect<Sess
     lastCheckpoint: undefined,
     todos: [],
     plans: [],
+    parent: undefined,
+    subagentRuns: [],
     cursorToolCalls: {},
     summaries: [],
     operations: new Map(),

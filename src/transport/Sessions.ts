@@ -113,7 +113,7 @@ export const make = (options: TransportOptions) =>
       })
 
     const dispatch = (turn: TurnRef, dispatched: DispatchedOperation) =>
-      Effect.flatMap(turnSession(turn), (session) => startOperation(session, turn, dispatched)).pipe(
+      Effect.flatMap(turnSession(turn), (session) => startOperation(session, turn, dispatched, options.subagentModel?.())).pipe(
         Effect.map((done) => done?.message)
       )
 

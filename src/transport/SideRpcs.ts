@@ -2,18 +2,21 @@
  * The unary RPCs Cursor calls besides the agent stream, as one table: the model lists (so the
  * configured models appear in Cursor's picker), the server config (which points Cursor's HTTP/2
  * agent client at the TLS listener, or keeps Cursor on HTTP/1.1 without it), the clock, the connectivity probe, the telemetry
- * sinks, and the offline identity. Every other procedure gets `unimplemented`, so an unknown
+ * sinks, the offline identity, and the naming calls (chat titles and names, commit messages,
+ * branch names: `side/Naming.ts`). Every other procedure gets `unimplemented`, so an unknown
  * call fails fast and visibly instead of hanging. Plus `GET /healthz`.
  *
  * Each row has a scope, read by the intercepting proxy: `local` rows are answered here even
- * when the user has a Cursor account (telemetry stays on this machine, for privacy); `account`
- * rows only in offline mode, otherwise the real Cursor answers them.
+ * when the user has a Cursor account (telemetry stays on this machine, for privacy; titles and
+ * commit messages come from the user's model, not Cursor's); `account` rows only in offline
+ * mode, otherwise the real Cursor answers them.
  */
 import { HttpLayerRouter, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { ConnectError } from "./Connect.js"
 import { accountRpcs, stripeProfileRpcs } from "./side/Account.js"
 import type { CatalogueOptions } from "./side/Catalogue.js"
+import * as Naming from "./side/Naming.js"
 import type { Path, Procedure } from "./side/Procedure.js"
 import { unaryError } from "./side/Procedure.js"
 import * as Startup from "./side/Startup.js"
@@ -40,7 +43,12 @@ export const procedures: ReadonlyArray<Procedure & { readonly scope: Scope }> = 
     Startup.serverTimeRpc,
     Startup.submitLogsRpc,
     Startup.trackEventsRpc,
-    Startup.tracesRpc
+    Startup.tracesRpc,
+    ...Naming.nameAgentRpcs,
+    Naming.chatTitleRpc,
+    Naming.updateConversationMetadataRpc,
+    Naming.commitMessageRpc,
+    Naming.branchNameRpc
   ]),
   ...scoped("account", [
     Startup.bootstrapStatsigRpc,

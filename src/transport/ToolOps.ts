@@ -35,11 +35,16 @@ export const isWork = (step: ToolDone | WorkToDo | undefined): step is WorkToDo 
 /** Only a final result: exec answers and the work's own end never lead to more work. */
 const doneOnly = (step: ToolDone | WorkToDo | undefined): ToolDone | undefined => (isWork(step) ? undefined : step)
 
-export const toolContext = (session: Session, turn: TurnRef | undefined): Tools.ToolContext => ({
+export const toolContext = (session: Session, turn: TurnRef | undefined, subagentModel?: string): Tools.ToolContext => ({
   mcpTools: session.run?.mcpTools ?? (turn === undefined ? [] : Dialect.mcpToolsOf(turn.settings)),
   todos: session.todos,
   // The committed settings: an approved SwitchMode is in them from the next tool call on.
-  mode: turn === undefined ? "agent" : Dialect.modeOfSettings(turn.settings)
+  mode: turn === undefined ? "agent" : Dialect.modeOfSettings(turn.settings),
+  subagents: {
+    subagentModel: subagentModel ?? turn?.settings.model ?? "",
+    customSubagents: turn?.settings.subagents ?? [],
+    conversationId: turn?.conversationId ?? ""
+  }
 })
 
 /** Carries a tool machine's step out: an exec or a question to send, a chunk to show, work for the server, or the final result (returned). */
@@ -76,6 +81,7 @@ const advance = (session: Session, operation: RunningOperation, step: ToolStep):
         session.cursorToolCalls[operation.toolCallId] = outcome.cursor
         if (outcome.todos !== undefined) session.todos = outcome.todos
         if (outcome.plan !== undefined) session.plans = [...session.plans.filter((plan) => plan.id !== outcome.plan!.id), outcome.plan]
+        if (outcome.subagent !== undefined) session.subagentRuns.push({ ...outcome.subagent, completedAtMs })
         session.operations.delete(operation.operationId)
         yield* write(session, [Dialect.encodeToolCompleted(ids, outcome.cursor, { startedAtMs: operation.startedAtMs, completedAtMs })])
         return {
@@ -87,8 +93,12 @@ const advance = (session: Session, operation: RunningOperation, step: ToolStep):
     }
   })
 
+/** Ends an operation with a step the server decided (the user stopped a subagent): its final result, if it is one. */
+export const finishOperation = (session: Session, operation: RunningOperation, step: ToolStep): Effect.Effect<ToolDone | undefined> =>
+  Effect.map(advance(session, operation, step), doneOnly)
+
 /** Starts a dispatched tool call on the session: its first exec, or its result when the server does it itself. */
-export const startOperation = (session: Session, turn: TurnRef, dispatched: DispatchedOperation) =>
+export const startOperation = (session: Session, turn: TurnRef, dispatched: DispatchedOperation, subagentModel?: string) =>
   Effect.gen(function*() {
     const startedAtMs = yield* Clock.currentTimeMillis
     const operation: RunningOperation = {
@@ -100,7 +110,7 @@ export const startOperation = (session: Session, turn: TurnRef, dispatched: Disp
       run: undefined
     }
     session.operations.set(operation.operationId, operation)
-    const { started, step } = Tools.startTool(dispatched.toolCall, toolContext(session, turn))
+    const { started, step } = Tools.startTool(dispatched.toolCall, toolContext(session, turn, subagentModel))
     yield* write(session, [Dialect.encodeToolStarted({ toolCallId: operation.toolCallId, modelCallId: operation.modelCallId }, started, startedAtMs)])
     // A tool starts with an exec, a question or its result; never with the server's work (that follows an approval).
     return doneOnly(yield* advance(session, operation, step))

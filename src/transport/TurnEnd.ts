@@ -107,6 +107,7 @@ export const beginNextTurn = (session: Session, turnId: string) => {
   session.cursorToolCalls = {}
   session.summaries = []
   session.plans = []
+  session.subagentRuns = []
   session.operations.clear()
 }
 
@@ -137,6 +138,7 @@ const projectTurn = (env: SessionEnv, session: Session, turn: TurnRef, state: Co
     todos: session.todos,
     summaries: session.summaries,
     plans: session.plans,
+    subagentRuns: session.subagentRuns,
     mode: Dialect.modeOfSettings(state.settings ?? turn.settings),
     // The context meter: what the model sees now (the last request and its answer), not the turn's sum.
     usedTokens: contextTokensOf(state),

@@ -81,7 +81,7 @@ describe("Interaction queries end to end", () => {
       assertCleanOk(turn)
 
       // Plan mode: read-only tools with CreatePlan; nothing that writes.
-      assert.deepStrictEqual(toolNames(app, 0), ["Read", "Grep", "Glob", "Ls", "TodoWrite", "CreatePlan", "AskQuestion", "SwitchMode", "WebFetch"])
+      assert.deepStrictEqual(toolNames(app, 0), ["Read", "Grep", "Glob", "Ls", "ReadLints", "TodoWrite", "CreatePlan", "AskQuestion", "SwitchMode", "WebFetch", "Task"])
       assert.include(systemOf(app, 0), "plan mode")
 
       const [query] = queries(turn)
@@ -366,7 +366,7 @@ describe("Interaction queries end to end", () => {
       app.provider.enqueue(FakeProvider.sse(toolCall("call-s", "WebSearch", JSON.stringify({ search_term: "effect 3.22" }))), FakeProvider.sse(text("Found it.")))
       const turn = yield* Effect.promise(() => client.run({ conversationId: "conv-search", text: "latest effect?", mode: "ask" }))
       assertCleanOk(turn)
-      assert.deepStrictEqual(toolNames(app, 0), ["Read", "Grep", "Glob", "Ls", "AskQuestion", "SwitchMode", "WebSearch", "WebFetch"])
+      assert.deepStrictEqual(toolNames(app, 0), ["Read", "Grep", "Glob", "Ls", "ReadLints", "AskQuestion", "SwitchMode", "WebSearch", "WebFetch"])
       assert.strictEqual(queries(turn)[0]?.query.case, "webSearchRequestQuery")
       assert.strictEqual(contentOf(lastMessage(app, 1)), "Results for \"effect 3.22\":\n\n1. Effect 3.22 released\nhttps://effect.website/blog/3.22\nAbout effect 3.22")
       const typed = completed(turn, "call-s")

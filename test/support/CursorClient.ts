@@ -31,6 +31,7 @@ import {
   AgentServerMessageSchema,
   ConversationActionSchema,
   CustomModeIntentSchema,
+  DiagnosticSchema,
   ExecClientMessageSchema,
   GrepUnionResultSchema,
   InteractionResponseSchema,
@@ -53,6 +54,8 @@ import type {
 type LsNodeInit = MessageInitShape<typeof LsDirectoryTreeNodeSchema>
 type GrepUnionInit = MessageInitShape<typeof GrepUnionResultSchema>
 type ShellEventInit = NonNullable<MessageInitShape<typeof ShellStreamSchema>["event"]>
+/** One editor problem, as a test gives it to a `LocalWorkspace` (positions 0-based, as the IDE's). */
+export type DiagnosticInit = MessageInitShape<typeof DiagnosticSchema>
 import { BidiAppendRequestSchema, BidiRequestIdSchema } from "../../src/gen/aiserver/v1/aiserver_pb.js"
 import { RunConnection, RunWire } from "./RunWire.js"
 
@@ -189,6 +192,8 @@ export interface RunRequestSpec {
   readonly action?: NonNullable<MessageInitShape<typeof ConversationActionSchema>["action"]>
   /** More of the inline request context (web flags, agent skills...), beside the environment. */
   readonly requestContext?: MessageInitShape<typeof RequestContextSchema>
+  /** A subagent's child run: the run request's `subagent_type_name` (Cursor sets it on the runs it opens for a Task). */
+  readonly subagentTypeName?: string
   /** The user message's `custom_mode_intent` (a custom mode entered). */
   readonly customModeIntent?: MessageInitShape<typeof CustomModeIntentSchema>
   /** The last checkpoint the client holds (empty for a new chat). */
@@ -267,6 +272,7 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
         conversationId: spec.conversationId,
         requestedModel: { modelId: spec.model ?? "fake-model" },
         ...(spec.customSystemPrompt !== undefined ? { customSystemPrompt: spec.customSystemPrompt } : {}),
+        ...(spec.subagentTypeName !== undefined ? { subagentTypeName: spec.subagentTypeName } : {}),
         ...(spec.conversationState !== undefined ? { conversationState: spec.conversationState } : {}),
         ...(spec.mcpTools !== undefined ? { mcpTools: { mcpTools: spec.mcpTools as Array<McpToolDefinition> } } : {}),
         ...(preFetchedBlobs.length > 0 ? { preFetchedBlobs } : {}),
@@ -562,12 +568,24 @@ const SKIPPED_DIRS = new Set([".git", "node_modules"])
 const lineCount = (content: string): number =>
   content === "" ? 0 : content.split("\n").length - (content.endsWith("\n") ? 1 : 0)
 
+/** What a `LocalWorkspace` plays of the editor around the files. */
+export interface LocalWorkspaceOptions {
+  /** The editor's problems per file (a path relative to the root, or absolute); a file not named has none. */
+  readonly diagnostics?: Readonly<Record<string, ReadonlyArray<DiagnosticInit>>>
+  /** Shell ids still running in the background: typing into one succeeds (and is kept in `stdinWrites`); any other is an error. */
+  readonly runningShells?: ReadonlyArray<number>
+}
+
 /**
  * A real workspace in a directory: read, write, delete, ls, grep (and glob as grep), and
- * shell commands run with `node:child_process` in the directory, streamed as Cursor does.
+ * shell commands run with `node:child_process` in the directory, streamed as Cursor does; the
+ * editor's problems (diagnostics) and typing into background shells as the options say.
  */
 export class LocalWorkspace implements Workspace {
-  constructor(readonly root: string) {}
+  /** What was typed into background shells, in order. */
+  readonly stdinWrites: Array<{ readonly shellId: number; readonly chars: string }> = []
+
+  constructor(readonly root: string, readonly options: LocalWorkspaceOptions = {}) {}
 
   path(path: string): string {
     return isAbsolute(path) ? path : resolve(this.root, path)
@@ -591,6 +609,10 @@ export class LocalWorkspace implements Workspace {
       case "shellStreamArgs":
       case "shellArgs":
         return self.shell(m.value.command, m.value.workingDirectory, signal)
+      case "diagnosticsArgs":
+        return single(self.diagnostics(m.value.path))
+      case "writeShellStdinArgs":
+        return single(Promise.resolve(self.writeShellStdin(m.value.shellId, m.value.chars)))
       default:
         return single(Promise.resolve({ case: "throw" as const, error: `this workspace does not run ${m.case}` }))
     }
@@ -618,6 +640,31 @@ export class LocalWorkspace implements Workspace {
       if (code === "ENOENT") return { case: "readResult", value: { result: { case: "fileNotFound", value: { path } } } }
       return { case: "readResult", value: { result: { case: "error", value: { path, error: String((error as Error).message) } } } }
     }
+  }
+
+  /** As Cursor's own executor: a missing file is `file_not_found`, an unreadable one `permission_denied`. */
+  async diagnostics(path: string): Promise<ExecAnswer> {
+    const full = this.path(path)
+    try {
+      await stat(full)
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code
+      if (code === "ENOENT") return { case: "diagnosticsResult", value: { result: { case: "fileNotFound", value: { path } } } }
+      if (code === "EACCES") return { case: "diagnosticsResult", value: { result: { case: "permissionDenied", value: { path } } } }
+      return { case: "diagnosticsResult", value: { result: { case: "error", value: { path, error: String((error as Error).message) } } } }
+    }
+    const named = Object.entries(this.options.diagnostics ?? {}).find(([key]) => this.path(key) === full)
+    const diagnostics = [...(named?.[1] ?? [])]
+    return { case: "diagnosticsResult", value: { result: { case: "success", value: { path, diagnostics, totalDiagnostics: diagnostics.length } } } }
+  }
+
+  writeShellStdin(shellId: number, chars: string): ExecAnswer {
+    if (!(this.options.runningShells ?? []).includes(shellId)) {
+      return { case: "writeShellStdinResult", value: { result: { case: "error", value: { error: `no shell ${shellId} is running` } } } }
+    }
+    const before = this.stdinWrites.filter((write) => write.shellId === shellId).reduce((sum, write) => sum + Buffer.byteLength(write.chars), 0)
+    this.stdinWrites.push({ shellId, chars })
+    return { case: "writeShellStdinResult", value: { result: { case: "success", value: { shellId, terminalFileLengthBeforeInputWritten: before } } } }
   }
 
   async write(path: string, text: string, bytes: Uint8Array, returnContent: boolean): Promise<ExecAnswer> {

@@ -232,7 +232,7 @@ describe("routing lists", () => {
     for (const path of ["/aiserver.v1.AnalyticsService/BootstrapStatsig", "/aiserver.v1.AnalyticsService/GetFirstWindowStatsigDecision", "/aiserver.v1.AuthService/GetEmail", "/aiserver.v1.DashboardService/GetMe", "/auth/full_stripe_profile", "/auth/stripe_profile"]) {
       assert.include(SideRpcs.accountProcedures, path)
     }
-    assert.strictEqual(SideRpcs.localProcedures.length, 15)
+    assert.strictEqual(SideRpcs.localProcedures.length, 21)
     assert.strictEqual(SideRpcs.accountProcedures.length, 13)
   })
 })

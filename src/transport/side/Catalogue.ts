@@ -1,6 +1,7 @@
 /**
  * What the side RPCs answer from: the configured models (for Cursor's picker), the default
- * model, the TLS listener's agent URL, and the offline identity.
+ * model, the TLS listener's agent URL, the offline identity, and the naming service (titles,
+ * commit messages, branch names, chat names).
  */
 import { create } from "@bufbuild/protobuf"
 import { GetDefaultModelForCliResponseSchema, GetUsableModelsResponseSchema, ModelDetailsSchema } from "../../gen/agent/v1/agent_pb.js"
@@ -10,6 +11,7 @@ import {
   GetServerConfigResponseSchema,
   Http2Config
 } from "../../gen/aiserver/v1/aiserver_pb.js"
+import type { Naming } from "../../Naming.js"
 
 export interface ListedModel {
   readonly id: string
@@ -34,6 +36,11 @@ export interface CatalogueOptions {
   readonly agentUrl?: string | undefined
   /** The offline identity; `defaultIdentity` when absent. */
   readonly identity?: Identity | undefined
+  /**
+   * Writes titles, commit messages and branch names with the user's model and keeps chat
+   * names; without it, the deterministic fallbacks answer and names are not kept.
+   */
+  readonly naming?: Naming | undefined
 }
 
 const modelDetails = (model: ListedModel) =>

@@ -33,20 +33,18 @@ export const respond = <Desc extends DescMessage>(request: HttpServerRequest.Htt
 
 export const unaryError = (error: ConnectError) => HttpServerResponse.unsafeJson(error.toJson(), { status: httpStatusOf(error.code) })
 
-/** Reads (and validates) a unary request of `schema`; the content is not needed, only that it parses. */
+/** Reads a unary request of `schema`: the message, or `undefined` when the body is not one. */
 const readUnary = <Desc extends DescMessage>(request: HttpServerRequest.HttpServerRequest, schema: Desc) =>
   Effect.gen(function*() {
     const body = new Uint8Array(yield* request.arrayBuffer.pipe(Effect.orElseSucceed(() => new ArrayBuffer(0))))
     try {
       if (isJson(request)) {
         const text = new TextDecoder().decode(body)
-        fromJson(schema, text === "" ? {} : JSON.parse(text), { ignoreUnknownFields: true })
-      } else {
-        fromBinary(schema, body)
+        return fromJson(schema, text === "" ? {} : JSON.parse(text), { ignoreUnknownFields: true })
       }
-      return true
+      return fromBinary(schema, body)
     } catch {
-      return false
+      return undefined
     }
   })
 
@@ -59,24 +57,38 @@ const sinking = (path: Path, request: HttpServerRequest.HttpServerRequest, answe
     Effect.catchAll((error) => Effect.succeed(error.code === "resource_exhausted" ? tooLarge(path) : answer))
   )
 
-/** `answer` gets the time the request arrived, in Unix milliseconds (from `Clock`). */
+/**
+ * `answer` gets the time the request arrived, in Unix milliseconds (from `Clock`), the decoded
+ * request message, and the HTTP request (for its headers).
+ */
 export const unary = <In extends DescMessage, Out extends DescMessage>(
   path: Path,
   requestSchema: In,
   responseSchema: Out,
-  answer: (options: CatalogueOptions, receivedAtMs: number) => Effect.Effect<MessageShape<Out>>
+  answer: (
+    options: CatalogueOptions,
+    receivedAtMs: number,
+    message: MessageShape<In>,
+    request: HttpServerRequest.HttpServerRequest
+  ) => Effect.Effect<MessageShape<Out>>
 ): Procedure => ({
   method: "POST",
   path,
   handle: (options) => (request) =>
     Effect.gen(function*() {
       const receivedAtMs = yield* Clock.currentTimeMillis
-      const valid = yield* readUnary(request, requestSchema)
-      return valid
-        ? respond(request, responseSchema, yield* answer(options, receivedAtMs))
+      const message = yield* readUnary(request, requestSchema)
+      return message !== undefined
+        ? respond(request, responseSchema, yield* answer(options, receivedAtMs, message, request))
         : unaryError(new ConnectError("invalid_argument", `the request body of ${path} is not a valid ${requestSchema.typeName}`))
     })
 })
+
+/** The client's deadline for a unary call (Connect's `connect-timeout-ms` header), when it states one. */
+export const clientTimeoutMs = (request: HttpServerRequest.HttpServerRequest): number | undefined => {
+  const value = Number(request.headers["connect-timeout-ms"])
+  return Number.isFinite(value) && value > 0 ? value : undefined
+}
 
 /** Accepts any body up to `maxSinkBytes` and answers an empty `responseSchema`. */
 export const sink = <Out extends DescMessage>(path: Path, responseSchema: Out): Procedure => ({
