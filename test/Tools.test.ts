@@ -70,8 +70,8 @@ const shellEvent = (event: NonNullable<MessageInitShape<typeof ShellStreamSchema
 
 describe("catalog", () => {
   const names = (mode: CursorMode, web = { search: false, fetch: false }) => toolCatalog(mode, [mcp], web).map((tool) => tool.name)
-  const AGENT = ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "ReadLints", "TodoWrite", "AskQuestion", "SwitchMode", "WriteShellStdin"]
-  const WRITING = ["Shell", "Write", "StrReplace", "Delete", "WriteShellStdin"]
+  const AGENT = ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "ReadLints", "TodoWrite", "AskQuestion", "SwitchMode", "WriteShellStdin", "AwaitShell"]
+  const WRITING = ["Shell", "Write", "StrReplace", "Delete", "WriteShellStdin", "AwaitShell"]
 
   it("agent, debug, multitask and custom modes offer every native tool and the run request's MCP tools", () => {
     for (const mode of ["agent", "debug", "multitask", "custom"] as const) {
@@ -99,12 +99,13 @@ describe("catalog", () => {
     }
   })
 
-  it("ReadLints is offered in every mode, right after Ls; WriteShellStdin only beside Shell, after the mode's other tools and before the web tools", () => {
+  it("ReadLints is offered in every mode, right after Ls; WriteShellStdin and AwaitShell only beside Shell, after the mode's other tools and before the web tools", () => {
     for (const mode of ["agent", "ask", "plan", "debug", "triage", "project", "multitask", "custom"] as const) {
       const list = names(mode, { search: true, fetch: true })
       assert.strictEqual(list[list.indexOf("Ls") + 1], "ReadLints", mode)
       assert.strictEqual(list.includes("WriteShellStdin"), list.includes("Shell"), mode)
-      if (list.includes("Shell")) assert.deepStrictEqual(list.slice(list.indexOf("SwitchMode") + 1, list.indexOf("SwitchMode") + 4), ["WriteShellStdin", "WebSearch", "WebFetch"], mode)
+      assert.strictEqual(list.includes("AwaitShell"), list.includes("Shell"), mode)
+      if (list.includes("Shell")) assert.deepStrictEqual(list.slice(list.indexOf("SwitchMode") + 1, list.indexOf("SwitchMode") + 5), ["WriteShellStdin", "AwaitShell", "WebSearch", "WebFetch"], mode)
       assert.isTrue(offers(mode, "readLints"), mode)
     }
   })
@@ -119,8 +120,9 @@ describe("catalog", () => {
   })
 
   it("only read-only kinds and questions to the client are idempotent", () => {
-    const kinds = ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "ReadLints", "WriteShellStdin", mcpModelName(mcp)].map((name) => kindOf(name, [mcp])!)
-    assert.deepStrictEqual(kinds.filter(isIdempotent), ["read", "grep", "glob", "ls", "readLints"])
+    const kinds = ["Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "ReadLints", "WriteShellStdin", "AwaitShell", "Task", mcpModelName(mcp)].map((name) => kindOf(name, [mcp])!)
+    // Waiting only reads; a subagent (Task) may have changed things, so it is never run again.
+    assert.deepStrictEqual(kinds.filter(isIdempotent), ["read", "grep", "glob", "ls", "readLints", "awaitShell"])
     const questions = ["CreatePlan", "AskQuestion", "SwitchMode", "WebSearch", "WebFetch"].map((name) => kindOf(name, [])!)
     assert.isTrue(questions.every(isIdempotent))
     assert.isUndefined(kindOf("rm_rf", [mcp]))

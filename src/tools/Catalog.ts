@@ -185,6 +185,16 @@ const definitions: Record<Exclude<ToolKind, "mcp" | "task">, ToolDefinition> = {
       shell_id: int("The shell id the Shell result gave."),
       chars: str("The characters to type.")
     }, ["shell_id", "chars"])
+  },
+  awaitShell: {
+    name: "AwaitShell",
+    description:
+      "Wait for a command that is running in the background (a Shell call whose result gave a shell id) and read its output: returns when it finishes, when its output matches pattern, or after block_until_ms, whichever comes first.",
+    parameters: object({
+      shell_id: int("The shell id the Shell result gave."),
+      block_until_ms: int("How long to wait at most (default 30000, at most 600000)."),
+      pattern: str("A regular expression: stop waiting as soon as the output matches it (e.g. a server's 'listening on').")
+    }, ["shell_id"])
   }
 }
 
@@ -214,7 +224,8 @@ const AGENT: ReadonlyArray<NativeKind> = [
   "todoWrite",
   "askQuestion",
   "switchMode",
-  "writeShellStdin"
+  "writeShellStdin",
+  "awaitShell"
 ]
 const PLAN: ReadonlyArray<NativeKind> = [...READ_ONLY, "todoWrite", "createPlan", "askQuestion", "switchMode"]
 

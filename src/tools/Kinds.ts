@@ -30,6 +30,7 @@ export const ToolKind = Schema.Literal(
   "webSearch",
   "webFetch",
   "writeShellStdin",
+  "awaitShell",
   "task"
 )
 export type ToolKind = typeof ToolKind.Type
@@ -43,7 +44,7 @@ export const QUERY_KINDS: ReadonlyArray<ToolKind> = ["createPlan", "askQuestion"
  * asked again (its answer was never applied), and a web search or fetch only reads.
  */
 export const isIdempotent = (kind: ToolKind): boolean =>
-  kind === "read" || kind === "grep" || kind === "glob" || kind === "ls" || kind === "readLints" || kind === "todoWrite" ||
+  kind === "read" || kind === "grep" || kind === "glob" || kind === "ls" || kind === "readLints" || kind === "todoWrite" || kind === "awaitShell" ||
   QUERY_KINDS.includes(kind)
 
 /**
@@ -79,6 +80,7 @@ const BUILTIN: Record<string, ToolKind> = {
   WebSearch: "webSearch",
   WebFetch: "webFetch",
   WriteShellStdin: "writeShellStdin",
+  AwaitShell: "awaitShell",
   Task: "task"
 }
 

@@ -55,6 +55,7 @@ import { filesOf, formatGrep, formatTree, mcpOutcome, readOutcome } from "./Outc
 import { describeFailure, done, failed, partialCursorToolCall, resultMessage, startedOf, unexpected, withId } from "./Results.js"
 import { isQueryRun, startQuery } from "./Queries.js"
 import { onSubagentReply, startTask, taskCard } from "./Task.js"
+import { onAwaitReply, startAwait } from "./Await.js"
 import { onShell } from "./Shell.js"
 import { onStdin, startStdin } from "./Stdin.js"
 import { todoWrite } from "./Todo.js"
@@ -216,6 +217,10 @@ export const startTool = (call: ToolCall, context: ToolContext): ToolStart => {
     case "webSearch":
     case "webFetch":
       return startQuery(kind, call, context)
+    case "awaitShell": {
+      const started = startAwait(call, context.terminalsFolder ?? "")
+      return typeof started === "string" ? invalid(started) : started
+    }
     case "task": {
       const started = startTask(call, context.subagents ?? { subagentModel: "", customSubagents: [], conversationId: "" })
       if (Either.isLeft(started)) return invalid(started.left)
@@ -298,6 +303,7 @@ export const onExecReply = (run: ToolRun, reply: ExecReply): ToolStep =>
     },
     ReadLints: (lints) => onLints(lints, reply),
     WriteShellStdin: (stdin) => onStdin(stdin, reply),
+    AwaitShell: (waiting) => onAwaitReply(waiting, reply),
     Task: ({ args, call }) => {
       const outcome = onSubagentReply(call, args, reply)
       return outcome === undefined ? unexpected(run, reply) : done(outcome)

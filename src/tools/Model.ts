@@ -40,6 +40,8 @@ export type QueryReply = Exclude<InteractionResponse["result"], { case: undefine
 export type ServerWork = Data.TaggedEnum<{
   Search: { readonly query: string }
   Fetch: { readonly url: string }
+  /** Wait before reading a background shell's output again. */
+  Sleep: { readonly ms: number }
 }>
 export const ServerWork = Data.taggedEnum<ServerWork>()
 
@@ -48,6 +50,7 @@ export type WorkResult = Data.TaggedEnum<{
   Searched: { readonly references: ReadonlyArray<{ readonly title: string; readonly url: string; readonly chunk: string }> }
   Fetched: { readonly url: string; readonly markdown: string; readonly truncated: boolean }
   Failed: { readonly error: string; readonly refused: boolean }
+  Slept: {}
 }>
 export const WorkResult = Data.taggedEnum<WorkResult>()
 
@@ -58,6 +61,8 @@ export interface ToolContext {
   readonly todos: ReadonlyArray<TodoItem>
   /** The mode the model is in now (SwitchMode says where it switches from); agent when not said. */
   readonly mode?: CursorMode
+  /** Where Cursor keeps the terminal output of background shells (`RequestContextEnv.terminals_folder`); "" when not said. */
+  readonly terminalsFolder?: string
   /** Task: the model the child runs on, the user's subagents, the parent's conversation. */
   readonly subagents?: TaskContext
 }
@@ -112,6 +117,15 @@ export type ToolRun = Data.TaggedEnum<{
   /** One diagnostics exec per path, in order: `results` holds the answers so far (the next path is `paths[results.length]`). */
   ReadLints: { readonly call: ToolCall; readonly paths: ReadonlyArray<string>; readonly results: ReadonlyArray<DiagnosticsResult> }
   WriteShellStdin: { readonly call: ToolCall; readonly shellId: number; readonly chars: string }
+  /** Waiting for a background shell: its terminal file read, then read again after each wait. */
+  AwaitShell: {
+    readonly call: ToolCall
+    readonly shellId: number
+    readonly path: string
+    readonly blockUntilMs: number
+    readonly pattern: string | undefined
+    readonly waitedMs: number
+  }
   /** A subagent the client runs as a child agent; its `subagent_result` ends the call. */
   Task: { readonly call: ToolCall; readonly args: TaskArgs; readonly exec: SubagentArgs }
   Mcp: { readonly call: ToolCall; readonly tool: McpToolDescriptor; readonly args: Record<string, unknown> }

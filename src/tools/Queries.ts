@@ -235,16 +235,19 @@ export const onWorkDone = (run: ToolRunOf<"WebSearch" | "WebFetch">, result: Wor
       case "Failed":
         return webSearchDone(run, { case: "error", value: { error: result.error } })
       case "Fetched":
-        return webSearchDone(run, { case: "error", value: { error: "The search gave a page instead of results." } })
+      case "Slept":
+        return webSearchDone(run, { case: "error", value: { error: "The search gave no results." } })
     }
   }
+  const fetch = run as ToolRunOf<"WebFetch">
   switch (result._tag) {
     case "Fetched":
-      return webFetchDone(run, { case: "success", value: { url: result.url, markdown: result.markdown } }, result.truncated)
+      return webFetchDone(fetch, { case: "success", value: { url: result.url, markdown: result.markdown } }, result.truncated)
     case "Failed":
-      return webFetchDone(run, { case: "error", value: { url: run.url, error: result.error } })
+      return webFetchDone(fetch, { case: "error", value: { url: fetch.url, error: result.error } })
     case "Searched":
-      return webFetchDone(run, { case: "error", value: { url: run.url, error: "The fetch gave search results instead of a page." } })
+    case "Slept":
+      return webFetchDone(fetch, { case: "error", value: { url: fetch.url, error: "The fetch gave no page." } })
   }
 }
 

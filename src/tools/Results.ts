@@ -25,6 +25,7 @@ import {
   ShellResultSchema,
   ShellToolCallSchema,
   TaskToolCallSchema,
+  AwaitToolCallSchema,
   ToolCallSchema,
   UpdateTodosResultSchema,
   UpdateTodosToolCallSchema,
@@ -40,6 +41,7 @@ import { ToolRun, ToolStep } from "./Model.js"
 import type { ToolOutcome } from "./Model.js"
 import { failedCase, startedOf as queryStartedOf } from "./Queries.js"
 import { taskCard } from "./Task.js"
+import { awaitStartedOf } from "./Await.js"
 
 /** Output kept for the model from one command; the middle is elided beyond this. */
 export const MODEL_OUTPUT_LIMIT = 30_000
@@ -79,6 +81,8 @@ export const partialCursorToolCall = (name: string, mcpTools: ReadonlyArray<McpT
       return create(ToolCallSchema, { tool: { case: "writeShellStdinToolCall", value: {} } })
     case "task":
       return create(ToolCallSchema, { tool: { case: "taskToolCall", value: {} } })
+    case "awaitShell":
+      return create(ToolCallSchema, { tool: { case: "awaitToolCall", value: {} } })
     case "mcp":
       return create(ToolCallSchema, { tool: { case: "mcpToolCall", value: {} } })
     case "todoWrite":
@@ -140,6 +144,9 @@ export const failed = (call: ToolCall, text: string, started?: CursorToolCall): 
     case "mcpToolCall":
       typed = { case: "mcpToolCall", value: create(McpToolCallSchema, { ...tool.value, result: create(McpToolResultSchema, { result: { case: "error", value: { error: text } } }) }) }
       break
+    case "awaitToolCall":
+      typed = { case: "awaitToolCall", value: create(AwaitToolCallSchema, { args: tool.value.args, result: { result: { case: "error", value: { error: text } } } }) }
+      break
     case "taskToolCall":
       typed = { case: "taskToolCall", value: create(TaskToolCallSchema, { args: tool.value.args, result: { result: { case: "error", value: { error: text } } } }) }
       break
@@ -172,6 +179,7 @@ export const startedOf = (run: ToolRun): CursorToolCall =>
     WriteShellStdin: ({ call, chars, shellId }) =>
       withId(call, { case: "writeShellStdinToolCall", value: create(WriteShellStdinToolCallSchema, { args: { shellId, chars } }) }),
     Task: ({ args, call }) => taskCard(call, args),
+    AwaitShell: awaitStartedOf,
     CreatePlan: queryStartedOf,
     AskQuestion: queryStartedOf,
     SwitchMode: queryStartedOf,

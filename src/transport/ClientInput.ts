@@ -38,7 +38,10 @@ export interface ServerWorker {
 /** A server that does no work of its own: the web tools are never offered. */
 export const noServerWork: ServerWorker = {
   capabilities: () => ({ search: false, fetch: false }),
-  perform: () => Effect.succeed(Tools.WorkResult.Failed({ error: "This server does no web work.", refused: true }))
+  perform: (work) =>
+    work._tag === "Sleep"
+      ? Effect.as(Effect.sleep(work.ms), Tools.WorkResult.Slept())
+      : Effect.succeed(Tools.WorkResult.Failed({ error: "This server does no web work.", refused: true }))
 }
 
 /** What handing on a client message needs beyond the session: the runner, the registry, and `handOn` (for `Recovery.ts`). */
@@ -109,19 +112,18 @@ const handle = (env: InputEnv, request: Session, seqno: number, message: ClientM
         ? Effect.void
         : afterStart(env, session, durable, (wait) => submitDurably(env, wait, conversationId, Dialect.cancelInputOf(message), inputId))
     case "ExecResult":
-      return Effect.flatMap(onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), true), submitToolDone(env, durable))
+      return Effect.flatMap(onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), true), nextOf(env, session, durable))
     case "ExecStream":
       return Effect.flatMap(
         onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), message.terminal),
-        submitToolDone(env, durable)
+        nextOf(env, session, durable)
       )
     case "ExecThrow":
-      return Effect.flatMap(onExecReply(session, message.id, undefined, (run) => Tools.onExecThrow(run, message.error), true), submitToolDone(env, durable))
+      return Effect.flatMap(onExecReply(session, message.id, undefined, (run) => Tools.onExecThrow(run, message.error), true), nextOf(env, session, durable))
     case "KvResult":
       return onKvResult(session, message)
     case "InteractionResponse":
-      return Effect.flatMap(onQueryReply(session, message.id, message.reply), (step) =>
-        isWork(step) ? startWork(env, session, step) : submitToolDone(env, durable)(step))
+      return Effect.flatMap(onQueryReply(session, message.id, message.reply), nextOf(env, session, durable))
     case "Unknown":
       return Effect.logInfo(`transport: ${session.requestId}: ${message.where} (fields ${message.fields.join(",") || "none"}) is not supported by this server; acknowledged, nothing changed`)
     case "ExecStreamClose":
@@ -141,12 +143,16 @@ const handle = (env: InputEnv, request: Session, seqno: number, message: ClientM
 const startWork = (env: InputEnv, session: Session, todo: WorkToDo): Effect.Effect<void> =>
   FiberSet.run(env.background, Effect.gen(function*() {
     const result = yield* env.worker.perform(todo.work)
-    const done = yield* session.lock.withPermits(1)(onWorkDone(session, todo, result))
-    if (done === undefined) return
+    const next = yield* session.lock.withPermits(1)(onWorkDone(session, todo, result))
+    if (next === undefined) return
     const committed: Array<Effect.Effect<void>> = []
-    yield* submitToolDone(env, committed)(done)
+    yield* nextOf(env, session, committed)(next)
     yield* Effect.all(committed, { discard: true })
   }).pipe(Effect.catchAllCause((cause) => Effect.logError(`transport: ${session.requestId}: ${todo.run.call.name} failed on the server`, cause)))).pipe(Effect.asVoid)
+
+/** A tool machine's next step after a client's answer or the server's work: more work (off the lock), or the result to submit. */
+const nextOf = (env: InputEnv, session: Session, durable: Array<Effect.Effect<void>>) => (step: ToolDone | WorkToDo | undefined): Effect.Effect<void> =>
+  isWork(step) ? startWork(env, session, step) : submitToolDone(env, durable)(step)
 
 const onKvResult = (session: Session, message: Extract<ClientMessage, { _tag: "KvResult" }>) => {
   const resolved = Dialect.resolveKv(session.correlation, message.id)

@@ -40,6 +40,7 @@ export const toolContext = (session: Session, turn: TurnRef | undefined, subagen
   todos: session.todos,
   // The committed settings: an approved SwitchMode is in them from the next tool call on.
   mode: turn === undefined ? "agent" : Dialect.modeOfSettings(turn.settings),
+  terminalsFolder: turn?.settings.workspace?.terminalsFolder ?? session.run?.workspace.terminalsFolder ?? "",
   subagents: {
     subagentModel: subagentModel ?? turn?.settings.model ?? "",
     customSubagents: turn?.settings.subagents ?? [],
@@ -123,7 +124,7 @@ export const onExecReply = (
   execId: string | undefined,
   next: (run: ToolRun) => ToolStep,
   finished: boolean
-): Effect.Effect<ToolDone | undefined> =>
+): Effect.Effect<ToolDone | WorkToDo | undefined> =>
   Effect.gen(function*() {
     const exec = Dialect.resolveExec(session.correlation, id, execId)
     const operation = exec === undefined ? undefined : session.operations.get(exec.operationId)
@@ -132,7 +133,8 @@ export const onExecReply = (
       return undefined
     }
     if (finished) session.correlation = Dialect.completeExec(session.correlation, exec.id)
-    return doneOnly(yield* advance(session, operation, next(operation.run)))
+    // An exec answer may lead to a wait (AwaitShell reads a running shell's output again later).
+    return yield* advance(session, operation, next(operation.run))
   })
 
 /**
@@ -161,13 +163,22 @@ export const onQueryReply = (session: Session, id: number, reply: QueryReply | u
  * What the server's work gave, for the operation that asked for it: its final result. Nothing
  * when the operation is gone (the turn was canceled or ended meanwhile).
  */
-export const onWorkDone = (session: Session, todo: WorkToDo, result: Tools.WorkResult): Effect.Effect<ToolDone | undefined> =>
+export const onWorkDone = (session: Session, todo: WorkToDo, result: Tools.WorkResult): Effect.Effect<ToolDone | WorkToDo | undefined> =>
   Effect.gen(function*() {
     const operation = session.operations.get(todo.operation.operationId)
     const run = operation?.run
-    if (operation === undefined || run !== todo.run || (run._tag !== "WebSearch" && run._tag !== "WebFetch")) {
+    if (operation === undefined || run !== todo.run) {
       yield* Effect.logDebug(`transport: ${session.requestId}: ${todo.run.call.name} finished after its turn moved on; dropped`)
       return undefined
     }
-    return doneOnly(yield* advance(session, operation, Tools.onWorkDone(run, result)))
+    switch (run._tag) {
+      case "WebSearch":
+      case "WebFetch":
+        return yield* advance(session, operation, Tools.onWorkDone(run, result))
+      case "AwaitShell":
+        return yield* advance(session, operation, Tools.onAwaitSlept(run, result))
+      default:
+        yield* Effect.logWarning(`transport: ${session.requestId}: work done for ${run.call.name}, which does none; dropped`)
+        return undefined
+    }
   })

@@ -21,6 +21,7 @@ export const workerOf = (web: WebService): ServerWorker => ({
         web.fetch(url).pipe(
           Effect.map((page) => Tools.WorkResult.Fetched({ url: page.url, markdown: page.markdown, truncated: page.truncated })),
           Effect.catchAll((error) => Effect.succeed(Tools.WorkResult.Failed({ error: error.message, refused: error.kind === "Refused" })))
-        )
+        ),
+      Sleep: ({ ms }) => Effect.as(Effect.sleep(ms), Tools.WorkResult.Slept())
     })
 })

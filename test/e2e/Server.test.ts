@@ -131,7 +131,7 @@ describe("Server end to end (real provider path)", () => {
       const systemPrompt = Prompt.buildPrompt({ conversationId: "conv-text", turnId: "", settings: { model: "fake-model", workspace: { workspacePaths: [], projectFolder: "", osVersion: "", shell: "", timeZone: "", terminalsFolder: "" } } })
       assert.deepStrictEqual(body.messages, [{ content: systemPrompt, role: "system" }, { content: "hi there", role: "user" }])
       assert.deepStrictEqual((body.tools ?? []).map((t) => (t as { function: { name: string } }).function.name), [
-        "Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "ReadLints", "TodoWrite", "AskQuestion", "SwitchMode", "WriteShellStdin", "WebFetch", "Task"
+        "Shell", "Read", "Write", "StrReplace", "Delete", "Grep", "Glob", "Ls", "ReadLints", "TodoWrite", "AskQuestion", "SwitchMode", "WriteShellStdin", "AwaitShell", "WebFetch", "Task"
       ])
       // Committed: the user message and exactly one assistant message.
       const messages = yield* AppHarness.messagesOf(app, "conv-text")

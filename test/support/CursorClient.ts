@@ -199,6 +199,8 @@ export interface RunRequestSpec {
   /** The last checkpoint the client holds (empty for a new chat). */
   readonly conversationState?: ConversationStateStructure
   readonly workspacePaths?: ReadonlyArray<string>
+  /** Where the editor keeps background shells' output (`RequestContextEnv.terminals_folder`). */
+  readonly terminalsFolder?: string
   readonly mcpTools?: ReadonlyArray<MessageInitShape<typeof McpToolDefinitionSchema>>
   /**
    * Cursor's ref_only context transport: no inline request context; the run request names these
@@ -237,7 +239,7 @@ const agentMode = (mode: RunRequestSpec["mode"]): AgentMode => Dialect.agentMode
 
 /** Seq 0 of a turn: the `run_request` with conversation id, requested model and the user message. */
 export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit => {
-  const env = { workspacePaths: [...(spec.workspacePaths ?? [])] }
+  const env = { workspacePaths: [...(spec.workspacePaths ?? [])], ...(spec.terminalsFolder !== undefined ? { terminalsFolder: spec.terminalsFolder } : {}) }
   const selectedImages = (spec.images ?? []).map((image) => ({
     dataOrBlobId: image.how === "data" ? { case: "data" as const, value: image.data } : { case: "blobId" as const, value: blobIdBytes(image.data) },
     path: image.path ?? "",
