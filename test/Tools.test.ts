@@ -211,14 +211,14 @@ describe("Shell", () => {
     assert.strictEqual(typed.case === "shellToolCall" ? typed.value.result?.result.case : undefined, "failure")
   })
 
-  it("a backgrounded command is done, and says where it runs on and that WriteShellStdin types into it", () => {
+  it("a backgrounded command is done, and says that AwaitShell waits for it and WriteShellStdin types into it", () => {
     const { run } = expectExec(startTool(call("Shell", { command: "npm run dev", block_until_ms: 1000 }), context).step)
     let step = onExecReply(run, shellEvent({ case: "stdout", value: { data: "listening\n" } }))
     if (step._tag !== "Continue") return assert.fail("expected Continue")
     const outcome = expectDone(onExecReply(step.run, shellEvent({ case: "backgrounded", value: { shellId: 7, command: "npm run dev" } })))
     assert.strictEqual(
       textOf(outcome),
-      "The command is still running in the background (shell id 7); WriteShellStdin with shell_id 7 types into it. Output so far:\nlistening\n"
+      "The command is still running in the background (shell id 7). AwaitShell with shell_id 7 waits for it and reads its output; WriteShellStdin with shell_id 7 types into it. Output so far:\nlistening\n"
     )
     assert.isFalse(outcome.message.isError)
   })

@@ -19,7 +19,8 @@ export const ShellInput = Schema.Struct({
   command: Schema.String,
   working_directory: OptString,
   block_until_ms: OptInt,
-  description: OptString
+  description: OptString,
+  run_in_background: OptBool
 })
 export const ReadInput = Schema.Struct({ path: Schema.String, offset: OptInt, limit: OptInt })
 export const WriteInput = Schema.Struct({ path: Schema.String, contents: Schema.String })

@@ -22,12 +22,13 @@ const definitions: Record<Exclude<ToolKind, "mcp" | "task">, ToolDefinition> = {
   shell: {
     name: "Shell",
     description:
-      "Run a shell command in the user's workspace and return its output and exit code. Long-running commands move to the background after block_until_ms.",
+      "Run a shell command in the user's workspace and return its output and exit code. Long-running commands move to the background after block_until_ms; AwaitShell waits for them and reads their output.",
     parameters: object({
       command: str("The command to run."),
       working_directory: str("Absolute directory to run in; defaults to the workspace root."),
       block_until_ms: int("How long to wait before backgrounding the command (default 30000)."),
-      description: str("A few words saying what the command does, shown to the user.")
+      description: str("A few words saying what the command does, shown to the user."),
+      run_in_background: bool("Start it in the background at once (a dev server, a watcher) and get its shell id without waiting.")
     }, ["command"])
   },
   read: {

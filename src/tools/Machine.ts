@@ -7,6 +7,7 @@
 import { create } from "@bufbuild/protobuf"
 import { Either } from "effect"
 import {
+  BackgroundShellSpawnArgsSchema,
   DeleteArgsSchema,
   DeleteToolCallSchema,
   EditArgsSchema,
@@ -50,7 +51,7 @@ import { onEdit } from "./Edit.js"
 import { findMcp, kindOf } from "./Kinds.js"
 import { onLints, startLints } from "./Lints.js"
 import { ToolRun, ToolStep } from "./Model.js"
-import type { EditChange, ExecReply, ToolContext, ToolStart } from "./Model.js"
+import type { EditChange, ExecReply, ExecRequest, ToolContext, ToolStart } from "./Model.js"
 import { filesOf, formatGrep, formatTree, mcpOutcome, readOutcome } from "./Outcomes.js"
 import { describeFailure, done, failed, partialCursorToolCall, resultMessage, startedOf, unexpected, withId } from "./Results.js"
 import { isQueryRun, startQuery } from "./Queries.js"
@@ -102,10 +103,19 @@ export const startTool = (call: ToolCall, context: ToolContext): ToolStart => {
         description,
         output: { stdout: "", stderr: "", interleaved: "" }
       })
-      return {
-        started: withId(call, { case: "shellToolCall", value: create(ShellToolCallSchema, { args, description }) }),
-        step: ToolStep.Exec({ run, exec: { case: "shellStreamArgs", value: args } })
-      }
+      const exec: ExecRequest = input.run_in_background === true
+        ? {
+          case: "backgroundShellSpawnArgs",
+          value: create(BackgroundShellSpawnArgsSchema, {
+            command: input.command,
+            workingDirectory: input.working_directory ?? "",
+            toolCallId: call.id,
+            enableWriteShellStdinTool: true,
+            ...(input.description !== undefined ? { description: input.description } : {})
+          })
+        }
+        : { case: "shellStreamArgs", value: args }
+      return { started: withId(call, { case: "shellToolCall", value: create(ShellToolCallSchema, { args, description }) }), step: ToolStep.Exec({ run, exec }) }
     }
     case "read": {
       const parsed = parseArgs(ReadInput, call.arguments)

@@ -15,6 +15,10 @@ const appendShell = (output: ShellOutput, stream: "stdout" | "stderr", data: str
   interleaved: output.interleaved + data
 })
 
+/** What the model can do with a command in the background. */
+const backgroundHelp = (shellId: number) =>
+  `AwaitShell with shell_id ${shellId} waits for it and reads its output; WriteShellStdin with shell_id ${shellId} types into it.`
+
 export const onShell = (shell: ToolRunOf<"Shell">, reply: ExecReply): ToolStep => {
   const { call, command, description, output, workingDirectory } = shell
   const args = create(ShellArgsSchema, { command, workingDirectory, toolCallId: call.id, description })
@@ -31,6 +35,21 @@ export const onShell = (shell: ToolRunOf<"Shell">, reply: ExecReply): ToolStep =
       return finish(reply.value, shellText(v.exitCode, v.stdout, v.stderr, v.interleavedOutput ?? ""), result.case === "failure")
     }
     return finish(reply.value, `The command did not run: ${describeFailure(result)}`, true)
+  }
+  if (reply.case === "backgroundShellSpawnResult") {
+    // Started in the background at once (`run_in_background`): its shell id, for AwaitShell and WriteShellStdin.
+    const spawned = reply.value.result
+    if (spawned.case === "success") {
+      const { pid, shellId } = spawned.value
+      const result = create(ShellResultSchema, {
+        isBackground: true,
+        ...(pid !== undefined ? { pid } : {}),
+        result: { case: "success", value: { command, workingDirectory: spawned.value.workingDirectory || workingDirectory, shellId, ...(pid !== undefined ? { pid } : {}) } }
+      })
+      return finish(result, `Started in the background as shell ${shellId}${pid !== undefined ? ` (pid ${pid})` : ""}. ${backgroundHelp(shellId)}`, false)
+    }
+    const why = spawned.case === "error" ? spawned.value.error : describeFailure(spawned)
+    return finish(create(ShellResultSchema, { result: { case: "spawnError", value: { error: why } } }), `The command did not start: ${why}`, true)
   }
   if (reply.case !== "shellStream") return unexpected(shell, reply)
   const event: ShellStream["event"] = reply.value.event
@@ -87,7 +106,7 @@ export const onShell = (shell: ToolRunOf<"Shell">, reply: ExecReply): ToolStep =
           }
         }
       })
-      const text = `The command is still running in the background (shell id ${b.shellId}); WriteShellStdin with shell_id ${b.shellId} types into it. Output so far:\n${
+      const text = `The command is still running in the background (shell id ${b.shellId}). ${backgroundHelp(b.shellId)} Output so far:\n${
         clip(output.interleaved) || "(none)"
       }`
       return finish(result, text, false)

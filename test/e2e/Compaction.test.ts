@@ -350,4 +350,19 @@ describe("The context meter", () => {
       assert.strictEqual(turn.usage?.input, 6_100)
       assert.deepStrictEqual(Dialect.EndStream.Ok(), turn.end)
     }))
+
+  it.scoped("over a five-round turn: the fifth request and its answer, not five windows", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDirectory("cursor-byok-meter5-")
+      writeFileSync(join(dir, "a.txt"), "alpha")
+      const app = yield* AppHarness.make()
+      const client = yield* clientFor(app, { turnTimeoutMs: 15_000, workspace: new LocalWorkspace(dir) })
+      // Four tool rounds whose prompts grow, then the answer: 1,000 + 2,000 + ... + 5,000 input tokens in all.
+      app.provider.enqueue(readCall("a.txt", 1_000), readCall("a.txt", 2_000), readCall("a.txt", 3_000), readCall("a.txt", 4_000), answer("Done reading.", 5_000, 25))
+      const turn = yield* Effect.promise(() => client.run({ conversationId: "conv-meter-5", text: "read a.txt a few times", workspacePaths: [dir] }))
+      assertCleanOk(turn)
+      assert.strictEqual(app.provider.requests.length, 5)
+      assert.strictEqual(turn.usage?.input, 15_000)
+      assert.strictEqual(lastCheckpoint(turn).tokenDetails!.usedTokens, 5_025)
+    }))
 })

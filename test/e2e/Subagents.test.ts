@@ -228,4 +228,22 @@ describe("Subagents end to end", () => {
       assert.strictEqual(toolResultsOf().filter((result) => result.includes("(agent-b)")).length, 1)
       assert.isAtLeast(app.provider.requests.length, before + 2)
     }))
+
+  it.scopedLive("a child run naming a parent that does not exist here runs as a conversation of its own (a subagent's, with its guidance); nothing else changes", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make()
+      const orphan = new CursorClient({
+        baseUrl: app.baseUrl,
+        turnTimeoutMs: 15_000,
+        extraHeaders: { "x-parent-request-id": "no-such-request", "x-parent-agent-tool-call-id": "no-such-call" }
+      })
+      yield* Effect.addFinalizer(() => Effect.sync(() => orphan.close()))
+      app.provider.enqueue(FakeProvider.sse(text("Nothing found.")))
+      const transcript = yield* Effect.promise(() => orphan.run({ conversationId: "agent-orphan", text: "look for TODOs" }))
+      assertCleanOk(transcript)
+      assert.strictEqual(app.provider.requests.length, 1)
+      const body = bodyOf(app, 0)
+      assert.include(contentOf(body.messages[0]), "You are a subagent (generalPurpose)")
+      assert.notInclude((body.tools ?? []).map((tool) => tool.function.name), "Task")
+    }))
 })

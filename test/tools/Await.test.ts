@@ -92,3 +92,32 @@ describe("AwaitShell", () => {
     assert.include(textOf(wrong), "unexpected lsResult")
   })
 })
+
+describe("Shell with run_in_background", () => {
+  const shell = (args: Record<string, unknown>): ToolCall => ({ type: "toolCall", id: "call-bg", name: "Shell", arguments: JSON.stringify(args) })
+
+  it("starts the command in the background at once: the spawn exec, then its shell id for AwaitShell and WriteShellStdin", () => {
+    const start = Tools.startTool(shell({ command: "npm run dev", run_in_background: true, description: "dev server" }), context)
+    if (start.step._tag !== "Exec" || start.step.exec.case !== "backgroundShellSpawnArgs") throw new Error("no spawn exec")
+    assert.deepStrictEqual(
+      [start.step.exec.value.command, start.step.exec.value.toolCallId, start.step.exec.value.enableWriteShellStdinTool, start.step.exec.value.description],
+      ["npm run dev", "call-bg", true, "dev server"]
+    )
+    const spawned = Tools.onExecReply(start.step.run, { case: "backgroundShellSpawnResult", value: { result: { case: "success", value: { shellId: 4, pid: 99, command: "npm run dev", workingDirectory: "/w" } } } } as never)
+    assert.strictEqual(textOf(spawned), "Started in the background as shell 4 (pid 99). AwaitShell with shell_id 4 waits for it and reads its output; WriteShellStdin with shell_id 4 types into it.")
+    if (spawned._tag !== "Done" || spawned.outcome.cursor.tool.case !== "shellToolCall") throw new Error("no shell card")
+    assert.isTrue(spawned.outcome.cursor.tool.value.result?.isBackground)
+  })
+
+  it("a spawn the client refuses or fails says so, as an error", () => {
+    const start = Tools.startTool(shell({ command: "rm -rf /", run_in_background: true }), context)
+    if (start.step._tag !== "Exec") throw new Error("no exec")
+    const failed = Tools.onExecReply(start.step.run, { case: "backgroundShellSpawnResult", value: { result: { case: "error", value: { command: "rm -rf /", workingDirectory: "", error: "no shell" } } } } as never)
+    assert.strictEqual(textOf(failed), "The command did not start: no shell")
+    if (failed._tag === "Done") assert.isTrue(failed.outcome.message.isError)
+    // Without the flag, the usual streamed run.
+    const streamed = Tools.startTool(shell({ command: "ls" }), context)
+    if (streamed.step._tag !== "Exec") throw new Error("no exec")
+    assert.strictEqual(streamed.step.exec.case, "shellStreamArgs")
+  })
+})
