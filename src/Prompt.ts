@@ -124,7 +124,19 @@ export const buildTools = (context: PromptContext): ReadonlyArray<ToolDefinition
       (allowed.length === 0 || allowed.includes(tool.name.toLowerCase()))
     )
   }
-  return TASK_MODES.includes(mode) ? [...catalog, taskDefinitionFor(settings.subagents)] : catalog
+  return TASK_MODES.includes(mode) ? withTask(catalog, taskDefinitionFor(settings.subagents)) : catalog
+}
+
+const withTasks = new WeakMap<ReadonlyArray<ToolDefinition>, Map<ToolDefinition, ReadonlyArray<ToolDefinition>>>()
+/** The catalog with Task after it: the same list object for the same two parts, so its hash (`Llm.toolsHash`) is computed once. */
+const withTask = (catalog: ReadonlyArray<ToolDefinition>, task: ToolDefinition): ReadonlyArray<ToolDefinition> => {
+  const byTask = withTasks.get(catalog) ?? new Map<ToolDefinition, ReadonlyArray<ToolDefinition>>()
+  withTasks.set(catalog, byTask)
+  const known = byTask.get(task)
+  if (known !== undefined) return known
+  const list = [...catalog, task]
+  byTask.set(task, list)
+  return list
 }
 
 /** The settings after a tool result: an approved SwitchMode puts the turn in its target mode from the next request on. */

@@ -19,6 +19,7 @@ import {
   WriteResultSchema
 } from "../src/gen/agent/v1/agent_pb.js"
 import type { ToolCall } from "../src/Llm.js"
+import * as Prompt from "../src/Prompt.js"
 import {
   applyChange,
   isIdempotent,
@@ -108,6 +109,16 @@ describe("catalog", () => {
       if (list.includes("Shell")) assert.deepStrictEqual(list.slice(list.indexOf("SwitchMode") + 1, list.indexOf("SwitchMode") + 5), ["WriteShellStdin", "AwaitShell", "WebSearch", "WebFetch"], mode)
       assert.isTrue(offers(mode, "readLints"), mode)
     }
+  })
+
+  it("the policy's list with Task is the same object every turn too, and a subagent's run gets neither Task nor the parent's questions", () => {
+    const settings = { model: "m", mode: "agent" as const, subagents: [{ name: "reviewer", description: "reviews" }] }
+    const tools = Prompt.buildTools({ conversationId: "c", turnId: "t", settings })
+    assert.strictEqual(Prompt.buildTools({ conversationId: "c", turnId: "t2", settings: { ...settings } }), tools)
+    assert.strictEqual(tools.at(-1)?.name, "Task")
+    assert.include(tools.at(-1)?.description ?? "", "- reviewer: reviews")
+    const child = Prompt.buildTools({ conversationId: "c", turnId: "t", settings: { ...settings, subagent: { type: "reviewer", instructions: "", tools: ["Read", "Grep"], readonly: false } } })
+    assert.deepStrictEqual(child.map((tool) => tool.name), ["Read", "Grep"])
   })
 
   it("a mode's list is the same object every turn (its hash is computed once)", () => {
