@@ -107,7 +107,9 @@ export const transportOptions = (current: () => ServerConfig): Transport.Transpo
   get runSseMaxBytes() { return current().limits.runSseRequestBytes },
   get appendWindow() { return current().limits.appendWindow },
   contextWindowOf: (model) => Router.modelOf(current().router, model)?.contextWindow ?? 200_000,
-  subagentModel: () => current().subagentModel
+  subagentModel: () => current().subagentModel,
+  childModel: (requested) =>
+    Router.modelOf(current().router, requested) !== undefined ? requested : current().subagentModel ?? current().defaultModel ?? requested
 })
 
 /** The loop's compaction knobs, from the running configuration at each use. */

@@ -19,11 +19,21 @@ import { withRequestId } from "./Settings.js"
  * history (so that an edited earlier message or a restored checkpoint rewinds it). Undefined
  * for a run request that starts no turn.
  */
-export const turnInputOf = (run: RunRequest, requestId: string, server: TurnWebTools = NO_WEB_TOOLS, parent?: ParentLink): Input | undefined => {
+export const turnInputOf = (
+  run: RunRequest,
+  requestId: string,
+  server: TurnWebTools = NO_WEB_TOOLS,
+  parent?: ParentLink,
+  childModel?: (requested: string) => string
+): Input | undefined => {
   const action = run.action
   const clientHistory = clientHistoryOf(run)
   const history = clientHistory === undefined ? {} : { clientHistory }
-  const settingsOf = (settings: TurnSettings) => withParent(withServerTools(withRequestId(settings, requestId), server), parent)
+  const settingsOf = (settings: TurnSettings) => {
+    const child = withParent(withServerTools(withRequestId(settings, requestId), server), parent)
+    // A subagent's run may name one of Cursor's hosted models: it runs on one configured here.
+    return child.subagent === undefined || childModel === undefined ? child : { ...child, model: childModel(child.model) }
+  }
   switch (action._tag) {
     case "StartTurn":
       return Input.Start({ ...action.start, settings: settingsOf(action.start.settings), ...history })

@@ -194,7 +194,7 @@ const onRunRequest = (env: InputEnv, session: Session, seqno: number, run: RunRe
         if (action.userMessageId !== "") session.turnKey = action.userMessageId
         // A summarize reads the context back too: its call must send the same system prompt (the rules) to hit the cache.
         if (run.contextToFetch.length > 0 || run.pastChatsToRead.length > 0) return yield* startAfterContext(env, session, seqno, run, durable)
-        const input = Dialect.turnInputOf(run, session.requestId, env.worker.capabilities(), session.parent)
+        const input = Dialect.turnInputOf(run, session.requestId, env.worker.capabilities(), session.parent, env.options.childModel)
         if (input === undefined) return
         yield* attachChild(env.sessions, session, session.conversationId)
         return yield* submitDurably(env, durable, session.conversationId, input, inputIdOf(session, seqno))
@@ -258,7 +258,7 @@ const startAfterContext = (env: InputEnv, session: Session, seqno: number, run: 
         ), { concurrency: "unbounded", discard: true })
       const merged = Dialect.withContextParts(run, fetched, yield* pastChatsOf(env, run))
       for (const problem of merged.problems) yield* Effect.logWarning(`transport: ${session.requestId}: ${problem}; the turn starts without it`)
-      const input = Dialect.turnInputOf(merged.run, session.requestId, env.worker.capabilities(), session.parent)
+      const input = Dialect.turnInputOf(merged.run, session.requestId, env.worker.capabilities(), session.parent, env.options.childModel)
       if (isEnded(session) || input === undefined) return
       yield* attachChild(env.sessions, session, conversationOf(session, merged.run))
       session.run = merged.run

@@ -47,6 +47,12 @@ export interface TransportOptions {
   readonly contextWindowOf: (model: string) => number
   /** The model a Task's subagent runs on; undefined: the parent turn's. */
   readonly subagentModel?: () => string | undefined
+  /**
+   * The model a subagent's child run asks for, made one this server has: Cursor may name its own
+   * hosted model there (e.g. its fast composer); one not configured (nor aliased) runs on the
+   * subagent model, else the default. Unset: as asked.
+   */
+  readonly childModel?: (requested: string) => string
 }
 
 export const defaultTransportOptions: TransportOptions = {

@@ -246,4 +246,15 @@ describe("Subagents end to end", () => {
       assert.include(contentOf(body.messages[0]), "You are a subagent (generalPurpose)")
       assert.notInclude((body.tools ?? []).map((tool) => tool.function.name), "Task")
     }))
+
+  it.scopedLive("a subagent run naming one of Cursor's hosted models runs on the configured subagent model; a configured one is kept", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make({ config: { subagentModel: "fake-gemini" } })
+      const client = yield* clientFor(app, { turnTimeoutMs: 15_000 })
+      app.provider.enqueue(FakeProvider.sse(FakeProvider.gemini.text("Found it.")), FakeProvider.sse(text("Found it too.")))
+      assertCleanOk(yield* Effect.promise(() => client.run({ conversationId: "agent-hosted", text: "find it", model: "composer-2.5-fast", subagentTypeName: "explore" })))
+      assert.include(app.provider.requests[0]!.path, "gemini-fake")
+      assertCleanOk(yield* Effect.promise(() => client.run({ conversationId: "agent-configured", text: "find it", model: "fake-model", subagentTypeName: "explore" })))
+      assert.strictEqual((JSON.parse(app.provider.requests[1]!.body) as { model: string }).model, "fake-upstream")
+    }))
 })
