@@ -20,7 +20,7 @@ import { fail, hexToBytes, parse, unknownFields } from "./Bytes.js"
 import type { DialectError } from "./Bytes.js"
 import { ClientMessage } from "./ClientMessage.js"
 import type { BidiEnvelope } from "./ClientMessage.js"
-import { asyncAnswersMessageOf } from "./Plans.js"
+import { asyncAnswersMessageOf, backgroundCompletionsMessageOf } from "./Plans.js"
 import { decodeRunRequest } from "./RunRequest.js"
 import { toLlmUserMessage } from "./UserMessage.js"
 
@@ -100,9 +100,12 @@ const decodeConversationAction = (value: ConversationAction): Decoded => {
     }
     case "cancelAction":
       return Either.right(ClientMessage.Cancel({ reason: action.value.reason }))
-    case "asyncAskQuestionCompletionAction": {
-      // Late answers to an AskQuestion while a turn runs: a follow-up message like any other.
-      const userMessage = asyncAnswersMessageOf(action.value, AgentMode.AGENT)
+    case "asyncAskQuestionCompletionAction":
+    case "backgroundTaskCompletionAction": {
+      // Late answers to an AskQuestion, or background tasks that ended, while a turn runs: a follow-up message like any other.
+      const userMessage = action.case === "asyncAskQuestionCompletionAction"
+        ? asyncAnswersMessageOf(action.value, AgentMode.AGENT)
+        : backgroundCompletionsMessageOf(action.value, AgentMode.AGENT)
       return Either.right(ClientMessage.UserMessage({ message: toLlmUserMessage(userMessage), messageId: userMessage.messageId, userMessage }))
     }
     case "cancelSubagentAction":

@@ -30,7 +30,7 @@ import { RunAction } from "./ClientMessage.js"
 import type { ContextPartRef, RunRequest, WorkspaceInfo } from "./ClientMessage.js"
 import { attachmentBlobRefsOf } from "./Attachments.js"
 import { cursorModeOf, customModeOf, exitModeOf } from "./Modes.js"
-import { asyncAnswersMessageOf, executePlanMessageOf } from "./Plans.js"
+import { asyncAnswersMessageOf, backgroundCompletionsMessageOf, executePlanMessageOf } from "./Plans.js"
 import { customSubagentsOf, subagentInfosOf, subagentRunOf } from "./Subagents.js"
 import { attachedImagesOf, toLlmUserMessage } from "./UserMessage.js"
 
@@ -102,6 +102,8 @@ const runUserMessageOf = (request: AgentRunRequest): CursorUserMessage | undefin
     case "asyncAskQuestionCompletionAction":
       // The answers continue the conversation in the mode it was in.
       return asyncAnswersMessageOf(action.value, request.conversationState?.mode ?? AgentMode.AGENT)
+    case "backgroundTaskCompletionAction":
+      return backgroundCompletionsMessageOf(action.value, request.conversationState?.mode ?? AgentMode.AGENT)
     default:
       return undefined
   }
@@ -260,6 +262,7 @@ const decodeRunRequestIn = (
     case "startPlanAction":
     case "executePlanAction":
     case "asyncAskQuestionCompletionAction":
+    case "backgroundTaskCompletionAction":
       runAction = summarize !== undefined && userMessage !== undefined
         ? RunAction.Summarize({ settings, instructions: summarize, userMessageId: userMessage.messageId, userMessage })
         : userMessage === undefined

@@ -9,7 +9,13 @@ import type { MessageInitShape } from "@bufbuild/protobuf"
 import { assert, describe, it } from "@effect/vitest"
 import { Either } from "effect"
 import * as Dialect from "../../src/Dialect.js"
-import { AgentClientMessageSchema, AgentMode } from "../../src/gen/agent/v1/agent_pb.js"
+import {
+  AgentClientMessageSchema,
+  AgentMode,
+  BackgroundTaskCompletionReason,
+  BackgroundTaskKind,
+  BackgroundTaskStatus
+} from "../../src/gen/agent/v1/agent_pb.js"
 import type { InteractionResponseSchema } from "../../src/gen/agent/v1/agent_pb.js"
 import type { QueryRequest } from "../../src/Tools.js"
 
@@ -122,6 +128,28 @@ describe("plan and question actions", () => {
     const live = decode({ message: { case: "conversationAction", value: { action: { case: "asyncAskQuestionCompletionAction", value } } } })
     assert.strictEqual(live._tag, "UserMessage")
     if (live._tag === "UserMessage") assert.deepStrictEqual(live.message.content, [{ type: "text", text: expected }])
+  })
+
+  it("background_task_completion_action: the tasks that ended (or made progress) reach the model as a message, on a live request or as a new turn", () => {
+    const value = {
+      completions: [
+        { taskId: "7", kind: BackgroundTaskKind.SHELL, status: BackgroundTaskStatus.SUCCESS, title: "npm run build", outputPath: "/t/7.txt", reason: BackgroundTaskCompletionReason.TASK_FINISHED },
+        { taskId: "t-2", kind: BackgroundTaskKind.SUBAGENT, status: BackgroundTaskStatus.ERROR, title: "Explore the API", subagentId: "agent-9", detail: "ran out of time", reason: BackgroundTaskCompletionReason.TASK_FINISHED },
+        { taskId: "8", kind: BackgroundTaskKind.SHELL, status: BackgroundTaskStatus.UNSPECIFIED, title: "npm run dev", reason: BackgroundTaskCompletionReason.TASK_PROGRESS }
+      ]
+    }
+    const expected = [
+      "Background tasks reported:",
+      "- The command \"npm run build\" (7) finished. Its output: /t/7.txt. AwaitShell with shell_id 7 reads it.",
+      "- The subagent \"Explore the API\" (agent-9) failed. ran out of time",
+      "- The command \"npm run dev\" (8) made progress and is still running. AwaitShell with shell_id 8 reads it."
+    ].join("\n")
+    const live = decode({ message: { case: "conversationAction", value: { action: { case: "backgroundTaskCompletionAction", value } } } })
+    assert.strictEqual(live._tag, "UserMessage")
+    if (live._tag === "UserMessage") assert.deepStrictEqual(live.message.content, [{ type: "text", text: expected }])
+    const decoded = run({ message: { case: "runRequest", value: { conversationId: "c", requestedModel: { modelId: "m" }, action: { action: { case: "backgroundTaskCompletionAction", value } } } } })
+    assert.strictEqual(decoded.action._tag, "StartTurn")
+    if (decoded.action._tag === "StartTurn") assert.deepStrictEqual(decoded.action.start.message.content, [{ type: "text", text: expected }])
   })
 
   it("web tools: what the client allows, kept only where the server can", () => {
