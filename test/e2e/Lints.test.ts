@@ -127,7 +127,7 @@ describe("ReadLints and WriteShellStdin end to end", () => {
       // The backgrounded result names the shell and the tool that types into it.
       assert.strictEqual(
         toolResultText(app, 1, "call-shell"),
-        "The command is still running in the background (shell id 7); WriteShellStdin with shell_id 7 types into it. Output so far:\nProceed? (y/n) "
+        "The command is still running in the background (shell id 7). AwaitShell with shell_id 7 waits for it and reads its output; WriteShellStdin with shell_id 7 types into it. Output so far:\nProceed? (y/n) "
       )
 
       const stdin = execsOf(turn).flatMap((exec) => (exec.case === "writeShellStdinArgs" ? [[exec.value.shellId, exec.value.chars]] : []))
