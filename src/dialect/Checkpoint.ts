@@ -262,6 +262,10 @@ export const projectCheckpoint = (input: CheckpointInput): Checkpoint => {
   checkpoint.tokenDetails = create(ConversationTokenDetailsSchema, { usedTokens: input.usedTokens, maxTokens: input.maxTokens })
   const mode = input.mode ?? userMessage?.mode
   if (mode !== undefined) checkpoint.mode = agentModeOf(mode)
+  // A run an earlier turn left RUNNING (that turn was canceled or failed) is not running any more.
+  for (const state of Object.values(checkpoint.subagentRunsByParentToolCallId)) {
+    if (state.status === SubagentRunStatus.RUNNING) state.status = SubagentRunStatus.ABORTED
+  }
   for (const run of input.subagentRuns ?? []) {
     checkpoint.subagentRunsByParentToolCallId[run.toolCallId] = create(SubagentRunStateSchema, {
       parentToolCallId: run.toolCallId,
@@ -291,3 +295,24 @@ export const todosOf = (checkpoint: ConversationStateStructure | undefined): Rea
       return []
     }
   })
+
+/**
+ * The checkpoint while a subagent runs: the one the client holds, with the Task pending and its
+ * run RUNNING (with the subagent's id once its child run opened), so Cursor shows the card as
+ * running. It names no new blob: everything in it the client has already.
+ */
+export const runningSubagentCheckpoint = (
+  base: ConversationStateStructure | undefined,
+  task: { readonly call: ToolCall; readonly title: string; readonly subagentId: string | undefined }
+): ConversationStateStructure => {
+  const checkpoint = base === undefined ? create(ConversationStateStructureSchema) : clone(ConversationStateStructureSchema, base)
+  checkpoint.pendingToolCalls = [pendingToolCallJson(task.call)]
+  checkpoint.subagentRunsByParentToolCallId[task.call.id] = create(SubagentRunStateSchema, {
+    parentToolCallId: task.call.id,
+    ...(task.subagentId !== undefined && task.subagentId !== "" ? { subagentId: task.subagentId } : {}),
+    status: SubagentRunStatus.RUNNING,
+    title: task.title
+  })
+  checkpoint.agentType = checkpoint.agentType ?? "ide"
+  return checkpoint
+}

@@ -12,6 +12,7 @@ import type { DispatchedOperation, TurnRef } from "../Runner.js"
 import * as Tools from "../Tools.js"
 import type { QueryReply, ServerWork, ToolRun, ToolStep } from "../Tools.js"
 import { write } from "./Session.js"
+import { announceRunning } from "./Subagents.js"
 import type { RunningOperation, Session } from "./Session.js"
 
 /** A tool call's final result, for the runner. */
@@ -58,6 +59,8 @@ const advance = (session: Session, operation: RunningOperation, step: ToolStep):
         const sent = Dialect.encodeExec(session.correlation, { operationId: operation.operationId, toolCallId: operation.toolCallId, exec: step.exec })
         session.correlation = sent.correlation
         yield* write(session, [sent.message])
+        // A subagent starts: Cursor's card shows it running from the checkpoint.
+        if (step.exec.case === "subagentArgs") yield* announceRunning(session, operation)
         return undefined
       }
       case "Query": {

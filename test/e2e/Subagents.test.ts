@@ -121,9 +121,14 @@ describe("Subagents end to end", () => {
       assert.strictEqual(typed.value.result?.result.case, "success")
       assert.strictEqual(typed.value.args?.agentId, "agent-call-task")
 
+      // While the subagent ran, the checkpoint showed it running: first without, then with the child's agent id; at the end, done.
+      const running = transcript.checkpoints.slice(0, -1).map((checkpoint) => checkpoint.subagentRunsByParentToolCallId["call-task"])
+      assert.deepStrictEqual(running.map((state) => [state?.status, state?.subagentId]), [[SubagentRunStatus.RUNNING, undefined], [SubagentRunStatus.RUNNING, "agent-call-task"]])
+      assert.strictEqual(transcript.checkpoints[0]!.pendingToolCalls.length, 1)
       const run = lastCheckpoint(transcript).subagentRunsByParentToolCallId["call-task"]
       assert.isDefined(run)
       assert.deepStrictEqual([run?.subagentId, run?.status, run?.title], ["agent-call-task", SubagentRunStatus.SUCCESS, "Find the port"])
+      assert.deepStrictEqual(lastCheckpoint(transcript).pendingToolCalls, [])
     }))
 
   it.scopedLive("the user stops a running subagent: the child's turn is canceled, the parent's Task ends saying so and the parent goes on; a late subagent_result changes nothing", () =>
@@ -176,6 +181,13 @@ describe("Subagents end to end", () => {
       assert.include(contentOf(toolResults[0]), "The user stopped the subagent (agent-stop)")
       const run = lastCheckpoint(transcript).subagentRunsByParentToolCallId["call-t"]
       assert.strictEqual(run?.status, SubagentRunStatus.ABORTED)
+      // A RUNNING run a canceled turn left in the client's checkpoint is ended by the next turn's checkpoint.
+      const stale = transcript.checkpoints.find((checkpoint) => checkpoint.subagentRunsByParentToolCallId["call-t"]?.status === SubagentRunStatus.RUNNING)
+      assert.isDefined(stale, "no running checkpoint while the subagent ran")
+      app.provider.enqueue(FakeProvider.sse(text("Next.")))
+      const next = yield* Effect.promise(() => client.run({ conversationId: "conv-stop", text: "go on", conversationState: stale! }))
+      assertCleanOk(next)
+      assert.strictEqual(lastCheckpoint(next).subagentRunsByParentToolCallId["call-t"]?.status, SubagentRunStatus.ABORTED)
     }))
 
   it.scopedLive("a restart with one subagent finished and one running: the finished one's report is handed back once, the running one is reported and not run again", () =>
