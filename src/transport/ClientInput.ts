@@ -29,19 +29,19 @@ import { isWork, onExecReply, onQueryReply, onWorkDone } from "./ToolOps.js"
 import type { ToolDone, WorkToDo } from "./ToolOps.js"
 import { endSession } from "./TurnEnd.js"
 
-/** The work the server does itself for approved tool calls (web search and fetch), and which of it it can do now. */
+/** The web work the server does itself for approved tool calls (search and fetch), and which of it it can do now. */
 export interface ServerWorker {
   readonly capabilities: () => TurnWebTools
-  readonly perform: (work: Tools.ServerWork) => Effect.Effect<Tools.WorkResult>
+  readonly perform: (work: WebWork) => Effect.Effect<Tools.WorkResult>
 }
+
+/** The work a `ServerWorker` does: all but waiting, which needs no service (`startWork` sleeps itself). */
+export type WebWork = Exclude<Tools.ServerWork, { readonly _tag: "Sleep" }>
 
 /** A server that does no work of its own: the web tools are never offered. */
 export const noServerWork: ServerWorker = {
   capabilities: () => ({ search: false, fetch: false }),
-  perform: (work) =>
-    work._tag === "Sleep"
-      ? Effect.as(Effect.sleep(work.ms), Tools.WorkResult.Slept())
-      : Effect.succeed(Tools.WorkResult.Failed({ error: "This server does no web work.", refused: true }))
+  perform: () => Effect.succeed(Tools.WorkResult.Failed({ error: "This server does no web work.", refused: true }))
 }
 
 /** What handing on a client message needs beyond the session: the runner, the registry, and `handOn` (for `Recovery.ts`). */
@@ -142,7 +142,8 @@ const handle = (env: InputEnv, request: Session, seqno: number, message: ClientM
  */
 const startWork = (env: InputEnv, session: Session, todo: WorkToDo): Effect.Effect<void> =>
   FiberSet.run(env.background, Effect.gen(function*() {
-    const result = yield* env.worker.perform(todo.work)
+    const work = todo.work
+    const result = work._tag === "Sleep" ? yield* Effect.as(Effect.sleep(work.ms), Tools.WorkResult.Slept()) : yield* env.worker.perform(work)
     const next = yield* session.lock.withPermits(1)(onWorkDone(session, todo, result))
     if (next === undefined) return
     const committed: Array<Effect.Effect<void>> = []

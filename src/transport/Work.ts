@@ -6,22 +6,18 @@
 import { Effect } from "effect"
 import * as Tools from "../Tools.js"
 import type { WebService } from "../Web.js"
-import type { ServerWorker } from "./ClientInput.js"
+import type { ServerWorker, WebWork } from "./ClientInput.js"
 
 export const workerOf = (web: WebService): ServerWorker => ({
   capabilities: () => ({ search: web.searchBackend() !== undefined, fetch: web.fetchEnabled() }),
-  perform: (work) =>
-    Tools.ServerWork.$match(work, {
-      Search: ({ query }) =>
-        web.search(query).pipe(
-          Effect.map((references) => Tools.WorkResult.Searched({ references })),
-          Effect.catchAll((error) => Effect.succeed(Tools.WorkResult.Failed({ error: error.message, refused: false })))
-        ),
-      Fetch: ({ url }) =>
-        web.fetch(url).pipe(
-          Effect.map((page) => Tools.WorkResult.Fetched({ url: page.url, markdown: page.markdown, truncated: page.truncated })),
-          Effect.catchAll((error) => Effect.succeed(Tools.WorkResult.Failed({ error: error.message, refused: error.kind === "Refused" })))
-        ),
-      Sleep: ({ ms }) => Effect.as(Effect.sleep(ms), Tools.WorkResult.Slept())
-    })
+  perform: (work: WebWork) =>
+    work._tag === "Search"
+      ? web.search(work.query).pipe(
+        Effect.map((references) => Tools.WorkResult.Searched({ references })),
+        Effect.catchAll((error) => Effect.succeed(Tools.WorkResult.Failed({ error: error.message, refused: false })))
+      )
+      : web.fetch(work.url).pipe(
+        Effect.map((page) => Tools.WorkResult.Fetched({ url: page.url, markdown: page.markdown, truncated: page.truncated })),
+        Effect.catchAll((error) => Effect.succeed(Tools.WorkResult.Failed({ error: error.message, refused: error.kind === "Refused" })))
+      )
 })
