@@ -6,10 +6,12 @@
 import { Effect } from "effect"
 import * as Ack from "./ack.js"
 import * as Cost from "./cost.js"
+import * as First from "./first.js"
 import * as Latency from "./latency.js"
 import * as Memory from "./memory.js"
 import * as Proxy from "./proxy.js"
 import * as Segments from "./segments.js"
+import * as Soak from "./soak.js"
 import * as Sse from "./sse.js"
 import * as Store from "./store.js"
 import * as Throughput from "./throughput.js"
@@ -19,11 +21,14 @@ const benches: Record<string, () => Promise<string>> = {
   segments: async () => (await Segments.run()).markdown,
   sse: async () => (await Effect.runPromise(Sse.run())).markdown,
   latency: async () => (await Latency.run()).markdown,
+  first: async () => (await First.run()).markdown,
   throughput: async () => (await Throughput.run()).markdown,
   ack: async () => (await Ack.run()).markdown,
   memory: async () => (await Memory.run()).markdown,
   cost: async () => (await Cost.run()).markdown,
-  proxy: async () => (await Proxy.run()).markdown
+  proxy: async () => (await Proxy.run()).markdown,
+  // Ten minutes: last, so the figures above come first.
+  soak: async () => (await Soak.run()).markdown
 }
 
 const wanted = process.argv.slice(2)

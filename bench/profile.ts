@@ -53,7 +53,8 @@ export const summarizeProfile = (path: string, top = 30): string => {
     const seen = new Set<string>()
     for (let id: number | undefined = node.id; id !== undefined; id = parent.get(id)) {
       const current = byId.get(id)!
-      if (!current.callFrame.url.includes("/src/")) continue
+      // The server runs as one bundle (`byok-bench/serve.mjs`) or from its sources (`/src/`).
+      if (!current.callFrame.url.includes("/src/") && !current.callFrame.url.includes("byok-bench/")) continue
       const key = keyOf(current)
       if (seen.has(key)) continue
       seen.add(key)
@@ -72,7 +73,7 @@ export const summarizeProfile = (path: string, top = 30): string => {
     "",
     "| total | function in src/ (inclusive) |",
     "| ---: | --- |",
-    ...rows(inclusive, top),
+    ...rows(inclusive, top * 2),
     "",
     "| self | file or package |",
     "| ---: | --- |",

@@ -4,7 +4,8 @@
  * the work is in `Server.ts` and `hookup/`. A failure prints one line saying what to do and
  * exits with status 1.
  */
-import { Command, Options } from "@effect/cli"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
 import { Console, Effect, Layer, Logger, LogLevel, Option } from "effect"
 import * as Config from "./Config.js"
 import * as Ca from "./hookup/Ca.js"

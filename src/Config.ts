@@ -6,7 +6,7 @@
  * configured, the well-known key variables (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`,
  * `GEMINI_API_KEY`, `DEEPSEEK_API_KEY`) yield a default catalogue.
  */
-import { FileSystem } from "@effect/platform"
+import * as FileSystem from "@effect/platform/FileSystem"
 import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { homedir } from "node:os"
 import { join } from "node:path"

@@ -19,7 +19,9 @@
  * provider ids, wire APIs and base URLs are rendered, and each response is scrubbed of every
  * configured key's value besides.
  */
-import { HttpLayerRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Clock, Effect, Option, Redacted } from "effect"
 import type { Context, Layer } from "effect"
 import { randomBytes } from "node:crypto"

@@ -4,7 +4,8 @@
  * the TLS listener's loopback certificate, and the reversible changes `setup` makes to the
  * user's machine (`hookup/CursorSettings.ts`, `hookup/Trust.ts`), checked by `doctor`.
  */
-import { FileSystem, HttpServer } from "@effect/platform"
+import * as FileSystem from "@effect/platform/FileSystem"
+import * as HttpServer from "@effect/platform/HttpServer"
 import { Effect, Layer } from "effect"
 import type * as Http from "node:http"
 import type { ServerConfig } from "./Config.js"

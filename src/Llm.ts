@@ -270,6 +270,12 @@ export interface StreamOptions {
   /** The loop's call id: stable across retries, usable as a provider cache/session key. */
   readonly callId: string
   readonly maxOutputTokens?: number
+  /**
+   * The delta fast path: once the call's first content has come out of the stream, later events
+   * may be handed to this callback instead, in order, as they come off the network (in the
+   * network read's own call); the stream then carries only its end or its failure.
+   */
+  readonly onEvents?: (events: ReadonlyArray<ResponseEvent>) => void
 }
 
 /**

@@ -6,7 +6,8 @@
  * The text rendering is hand-written (a few lines over `Metric.snapshot`): the OpenTelemetry
  * exporter would bring a whole SDK for one endpoint.
  */
-import { HttpLayerRouter, HttpServerResponse } from "@effect/platform"
+import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect, Layer, Metric, MetricBoundaries, MetricState } from "effect"
 import type { MetricPair } from "effect"
 import type { Usage } from "./Llm.js"

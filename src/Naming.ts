@@ -9,7 +9,7 @@
  * `naming/Titles.ts` (titles), `naming/Diffs.ts` and `naming/Commits.ts` (commit messages and
  * branch names), `naming/Ask.ts` (the bounded model call).
  */
-import type { HttpClient } from "@effect/platform"
+import type * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Effect, Either } from "effect"
 import * as Router from "./llm/Router.js"
 import type { RequestMessages } from "./Llm.js"
@@ -68,7 +68,7 @@ export const budgetFor = (budgetMs: number, clientTimeoutMs: number | undefined)
 export const make = (
   current: () => Router.RouterConfig,
   options: NamingOptions = defaultNamingOptions
-): Effect.Effect<Naming, never, HttpClient.HttpClient | Store> =>
+): Effect.Effect<Naming, never, NodeHttpClient.Dispatcher | Store> =>
   Effect.gen(function*() {
     const llm = yield* Router.makeLive(() => quickRouterConfig(current()))
     const store = yield* Store

@@ -26,7 +26,7 @@ import type { AssistantMessage, Message, ToolCall, ToolResultMessage } from "./L
 import { initialRuntime, makeTransition } from "./Loop.js"
 import type { ConversationState, Input, Policy } from "./Loop.js"
 import { makeKeyedLock } from "./internal/KeyedLock.js"
-import { Envelope } from "./runner/Actor.js"
+import { Envelope, offer } from "./runner/Actor.js"
 import { makeTurnClock } from "./runner/TurnLog.js"
 import type { Actor, ActorState, RunnerEnv } from "./runner/Actor.js"
 import { ClientGateway } from "./runner/ClientGateway.js"
@@ -165,29 +165,41 @@ export const make = (options: RunnerOptions) =>
       turnClock: makeTurnClock(),
       load,
       remember,
-      deliver: (conversationId, envelope) => deliver(conversationId, envelope)
+      deliver: (conversationId, envelope) => deliver(conversationId, envelope),
+      isLive: (actor) => actors.get(actor.conversationId) === actor
     }
 
     // -------------------------------------------------------------------------
     // Actors
     // -------------------------------------------------------------------------
 
+    /** One envelope through the actor: the state it folds lives on the actor, so a model stream's fast path sees it. */
+    const process = (actor: Actor, envelope: Envelope) =>
+      Effect.suspend(() => {
+        const current = actor.state!
+        const next: Effect.Effect<ActorState> = Envelope.$match(envelope, {
+          Apply: ({ applied, input, inputId }) =>
+            applied === undefined
+              ? step(env, actor, current, input, inputId)
+              : step(env, actor, current, input, inputId).pipe(Effect.ensuring(Deferred.succeed(applied, undefined))),
+          Stream: ({ callId, events }) => stepStream(env, actor, current, callId, events),
+          Resume: ({ reply }) =>
+            resume(env, actor, current).pipe(Effect.flatMap((outcome) => Deferred.succeed(reply, outcome)), Effect.as(current))
+        })
+        return next.pipe(
+          Effect.tap((state) => {
+            actor.state = state
+            actor.pending--
+            return endWhenIdle(actor, state)
+          })
+        )
+      })
+
     const runActor = (actor: Actor) =>
       locks.withLock(actor.conversationId)(Effect.gen(function*() {
-        const initial = yield* load(actor.conversationId).pipe(Effect.orDie)
+        actor.state = yield* load(actor.conversationId).pipe(Effect.orDie)
         yield* Mailbox.toStream(actor.mailbox).pipe(
-          Stream.chunks,
-          Stream.runFoldEffect(initial, (acc, envelopes) =>
-            Effect.reduce(envelopes, acc, (current, envelope) =>
-              Envelope.$match(envelope, {
-                Apply: ({ applied, input, inputId }) =>
-                  applied === undefined
-                    ? step(env, actor, current, input, inputId)
-                    : step(env, actor, current, input, inputId).pipe(Effect.ensuring(Deferred.succeed(applied, undefined))),
-                Stream: ({ callId, events }) => stepStream(env, actor, current, callId, events),
-                Resume: ({ reply }) =>
-                  resume(env, actor, current).pipe(Effect.flatMap((outcome) => Deferred.succeed(reply, outcome)), Effect.as(current))
-              })).pipe(Effect.tap((next) => endWhenIdle(actor, next))))
+          Stream.runForEachChunk((envelopes) => Effect.forEach(envelopes, (envelope) => process(actor, envelope), { discard: true }))
         )
       })).pipe(
         Effect.catchAllCause((cause) => Effect.logError("runner: conversation actor stopped", cause)),
@@ -204,8 +216,8 @@ export const make = (options: RunnerOptions) =>
      */
     const endWhenIdle = (actor: Actor, acc: ActorState) =>
       Effect.sync(() => {
-        const queued = Option.getOrElse(actor.mailbox.unsafeSize(), () => 0)
-        if (queued === 0 && acc.runtime.committed.status !== "waitingLlm") {
+        // Counted at offer: the envelopes queued and those taken but not yet processed.
+        if (actor.pending === 0 && acc.runtime.committed.status !== "waitingLlm") {
           if (actors.get(actor.conversationId) === actor) actors.delete(actor.conversationId)
           actor.mailbox.unsafeDone(Exit.void)
         }
@@ -216,7 +228,7 @@ export const make = (options: RunnerOptions) =>
         const existing = actors.get(conversationId)
         if (existing !== undefined) return existing
         const mailbox = yield* Mailbox.make<Envelope>()
-        const actor: Actor = { conversationId, mailbox, done: Effect.asVoid(mailbox.await) }
+        const actor: Actor = { conversationId, mailbox, done: Effect.asVoid(mailbox.await), state: undefined, pending: 0 }
         actors.set(conversationId, actor)
         yield* FiberMap.run(actorFibers, actor, runActor(actor))
         return actor
@@ -225,7 +237,7 @@ export const make = (options: RunnerOptions) =>
     const deliver = (conversationId: string, envelope: Envelope): Effect.Effect<void> =>
       Effect.gen(function*() {
         const actor = yield* actorFor(conversationId)
-        if (!actor.mailbox.unsafeOffer(envelope)) {
+        if (!offer(actor, envelope)) {
           // That actor was ending; the next one waits on the conversation's lock until it has.
           if (actors.get(conversationId) === actor) actors.delete(conversationId)
           yield* deliver(conversationId, envelope)

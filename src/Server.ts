@@ -5,8 +5,10 @@
  * running configuration, which a valid change replaces); end-to-end tests build it with their
  * own configuration, HTTP client and port.
  */
-import { HttpLayerRouter, HttpMiddleware } from "@effect/platform"
-import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
+import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
+import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Effect, Layer, Option } from "effect"
 import { createServer } from "node:http"
 import type { ConfigSource, ServerConfig } from "./Config.js"
@@ -195,7 +197,7 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
 
 /**
  * Everything but the listening socket and the outbound HTTP client: the application on an
- * `HttpServer` and an `HttpClient` the caller provides, on a configuration that never changes.
+ * `HttpServer` and an undici `Dispatcher` (`NodeHttpClient.dispatcherLayer`) the caller provides, on a configuration that never changes.
  */
 export const layerApp = (config: ServerConfig) => layerAppOn(Live.layerFixed(config), config.database, config.faults)
 
@@ -227,6 +229,6 @@ export const layer = (config: ServerConfig, source?: ConfigSource) =>
     return Layer.merge(proxy, listeners).pipe(
       Layer.provideMerge(source === undefined ? layerApp(config) : layerAppWatched(config, source)),
       Layer.provideMerge(NodeHttpServer.layer(() => httpServer, listenOptions(config.port, config.host))),
-      Layer.provide(NodeHttpClient.layerUndici)
+      Layer.provide(NodeHttpClient.dispatcherLayer)
     )
   }))

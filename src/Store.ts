@@ -11,7 +11,7 @@
  * `store/SqlStore.ts`; the SQLite connection and schema in `store/Sqlite.ts` and
  * `store/migrations.ts`.
  */
-import type { SqlClient } from "@effect/sql"
+import type * as SqlClient from "@effect/sql/SqlClient"
 import { Context, Layer } from "effect"
 import type { StoreError, StoreService } from "./store/Model.js"
 import * as Sqlite from "./store/Sqlite.js"

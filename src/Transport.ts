@@ -10,8 +10,10 @@
  * runner; this module binds them to the runner and serves the routes.
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
-import { HttpLayerRouter, HttpServerResponse } from "@effect/platform"
-import { Chunk, Context, Duration, Effect, Either, FiberSet, Layer, Option, Queue, Schedule, Stream } from "effect"
+import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import { Context, Duration, Effect, Either, FiberSet, Layer, Option, Queue, Schedule } from "effect"
+import { Readable } from "node:stream"
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage } from "./Dialect.js"
 import { BidiAppendRequestSchema, BidiAppendResponseSchema } from "./gen/aiserver/v1/aiserver_pb.js"
@@ -31,6 +33,7 @@ import { HEARTBEAT_FRAME, isUnresolved } from "./transport/Session.js"
 import type { Session } from "./transport/Session.js"
 import * as Sessions from "./transport/Sessions.js"
 import { endInput } from "./transport/TurnEnd.js"
+import type { FrameSink } from "./transport/TurnChannel.js"
 
 export { defaultTransportOptions } from "./transport/Options.js"
 export type { TransportOptions } from "./transport/Options.js"
@@ -40,8 +43,11 @@ export interface TransportService {
   readonly options: TransportOptions
   /** Handles a BidiAppend body; answers with the (empty) response bytes or a Connect error. */
   readonly bidiAppend: (body: Uint8Array, requestIdHeader: string | undefined, parent?: Dialect.ParentLink) => Effect.Effect<Uint8Array, ConnectError>
-  /** Opens the output of a RunSSE request body: the frames to stream, ending with end-stream. */
-  readonly runSse: (body: Uint8Array, parent?: Dialect.ParentLink) => Effect.Effect<Stream.Stream<Uint8Array>, ConnectError>
+  /**
+   * Opens the output of a RunSSE request body: attaching a sink gives it the frames (heartbeats
+   * included), ending with end-stream; the attach returns the sink's detach.
+   */
+  readonly runSse: (body: Uint8Array, parent?: Dialect.ParentLink) => Effect.Effect<AttachOutput, ConnectError>
   /**
    * One client message of a `Run` stream, the `seqno`th on it: taken in order like an append
    * (`Run` has no acknowledgements). Fails with a Connect error that ends the stream.
@@ -53,12 +59,15 @@ export interface TransportService {
    */
   readonly runInputEnded: (requestId: string) => Effect.Effect<boolean>
   /** The output of a `Run` stream: the session's frames (heartbeats included), ending with end-stream. */
-  readonly runOutput: (requestId: string, parent?: Dialect.ParentLink) => Effect.Effect<Stream.Stream<Uint8Array>>
+  readonly runOutput: (requestId: string, parent?: Dialect.ParentLink) => Effect.Effect<AttachOutput>
   /** Ends every open stream with a retryable error (graceful shutdown). */
   readonly shutdown: Effect.Effect<void>
   /** Open sessions, for metrics and tests. */
   readonly sessionCount: () => number
 }
+
+/** Attaches a wire's sink to a request's output (`TurnChannel.attachSink`); returns its detach. */
+export type AttachOutput = (sink: FrameSink) => Effect.Effect<() => void>
 
 export class Transport extends Context.Tag("cursor-byok/Transport")<Transport, TransportService>() {}
 
@@ -117,14 +126,10 @@ export const make = Effect.gen(function*() {
       return yield* sessions.replace(requestId)
     })
 
-  const output = (session: Session) =>
-    Effect.map(
-      // The first heartbeat goes out at once: it flushes the response headers, so a client that
-      // waits for them before sending its run request is not held up until the turn speaks.
-      session.channel.attach({ frame: HEARTBEAT_FRAME, interval: Duration.millis(options.heartbeatMs) }),
-      // Frames that are ready together leave in one socket write.
-      (frames) => Stream.mapChunks(frames, joinFrames)
-    )
+  // The first heartbeat goes out at once: it flushes the response headers, so a client that
+  // waits for them before sending its run request is not held up until the turn speaks.
+  const output = (session: Session): AttachOutput => (sink) =>
+    session.channel.attachSink(sink, { frame: HEARTBEAT_FRAME, interval: Duration.millis(options.heartbeatMs) })
 
   const runSse = (body: Uint8Array, parent?: Dialect.ParentLink) =>
     Effect.gen(function*() {
@@ -136,14 +141,14 @@ export const make = Effect.gen(function*() {
       if (Either.isLeft(requestId)) return yield* Effect.fail(new ConnectError("invalid_argument", requestId.left.message))
       const session = yield* readerSession(requestId.right)
       linkParent(session, parent)
-      return yield* output(session)
+      return output(session)
     })
 
   const runMessage = (requestId: string, seqno: number, message: ClientMessage) =>
     Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs({ requestId }))
 
   const runOutput = (requestId: string, parent?: Dialect.ParentLink) =>
-    Effect.flatMap(readerSession(requestId), (session) => {
+    Effect.map(readerSession(requestId), (session) => {
       linkParent(session, parent)
       return output(session)
     })
@@ -168,18 +173,39 @@ export const layerSessions = (options: TransportOptions): Layer.Layer<Sessions.S
 /** The wires' binding of the sessions to the runner. */
 export const layer: Layer.Layer<Transport, never, Sessions.Sessions | Runner> = Layer.scoped(Transport, make)
 
-/** One buffer for the frames of a chunk (a single frame passes as it is). */
-const joinFrames = (frames: Chunk.Chunk<Uint8Array>): Chunk.Chunk<Uint8Array> => {
-  if (frames.length <= 1) return frames
-  const parts = Chunk.toReadonlyArray(frames)
-  const out = new Uint8Array(parts.reduce((size, part) => size + part.length, 0))
+/** One buffer for frames written together (a single frame passes as it is): one socket write. */
+export const joinFrames = (frames: ReadonlyArray<Uint8Array>): Uint8Array => {
+  if (frames.length === 1) return frames[0]!
+  let size = 0
+  for (const frame of frames) size += frame.length
+  const out = new Uint8Array(size)
   let offset = 0
-  for (const part of parts) {
-    out.set(part, offset)
-    offset += part.length
+  for (const frame of frames) {
+    out.set(frame, offset)
+    offset += frame.length
   }
-  return Chunk.of(out)
+  return out
 }
+
+/**
+ * A RunSSE response body fed by the turn's sink: each write is pushed into a Node Readable that
+ * the HTTP server pipes to the socket, so a frame reaches the socket in the writer's own call
+ * (a flowing Readable emits a push at once); the Readable buffers what the socket cannot take.
+ */
+const sseBody = (attach: AttachOutput) =>
+  Effect.gen(function*() {
+    const body = new Readable({ read() {} })
+    const detach = yield* attach({
+      write: (frames) => {
+        if (!body.destroyed) body.push(joinFrames(frames))
+      },
+      end: () => {
+        if (!body.destroyed) body.push(null)
+      }
+    })
+    body.once("close", detach)
+    return body
+  })
 
 
 const unaryError = (error: ConnectError) =>
@@ -206,8 +232,9 @@ export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter |
     yield* router.add("POST", "/agent.v1.AgentService/RunSSE", (request) =>
       readBody(request, transport.options.runSseMaxBytes).pipe(
         Effect.flatMap((body) => transport.runSse(body, parentLinkOf(request.headers))),
-        Effect.map((frames) =>
-          HttpServerResponse.stream(frames, {
+        Effect.flatMap(sseBody),
+        Effect.map((body) =>
+          HttpServerResponse.raw(body, {
             contentType: "text/event-stream",
             headers: { "cache-control": "no-cache", "connect-protocol-version": "1" }
           })

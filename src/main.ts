@@ -4,7 +4,8 @@
  * endpoints and the proxy on loopback ports); `setup` / `unsetup` point Cursor at it and undo
  * that; `doctor` checks the hookup; `ca` shows or renews the installation's CA.
  */
-import { NodeContext, NodeRuntime } from "@effect/platform-node"
+import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
 import * as Cli from "./Cli.js"
 

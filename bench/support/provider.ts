@@ -9,7 +9,9 @@
  * `BENCH:id=<id>:n=<deltas>:min=<ms>:max=<ms>:` streams `n` deltas spaced uniformly at random
  * in [min, max] ms; `max=0` writes them back to back as fast as the socket takes them (one
  * `write` per event, as a provider flushing each token). Requests without a marker get a
- * three-delta answer.
+ * three-delta answer. A trailing `lead=1:` writes delta 0 in the response's first write, with
+ * the headers and the role chunk, so that its stamp is the provider's first byte (the time to
+ * first delta bench).
  */
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
@@ -26,10 +28,10 @@ export interface StampedProvider {
   readonly close: () => Promise<void>
 }
 
-const MARKER = /BENCH:id=([A-Za-z0-9_-]+):n=(\d+):min=(\d+):max=(\d+):/g
+const MARKER = /BENCH:id=([A-Za-z0-9_-]+):n=(\d+):min=(\d+):max=(\d+):(lead=1:)?/g
 
-export const marker = (id: string, deltas: number, minMs: number, maxMs: number): string =>
-  `BENCH:id=${id}:n=${deltas}:min=${minMs}:max=${maxMs}:`
+export const marker = (id: string, deltas: number, minMs: number, maxMs: number, lead = false): string =>
+  `BENCH:id=${id}:n=${deltas}:min=${minMs}:max=${maxMs}:${lead ? "lead=1:" : ""}`
 
 const chunk = (delta: Record<string, unknown>, finish: string | null = null): string =>
   `data: ${
@@ -61,12 +63,20 @@ export const start = (): Promise<StampedProvider> =>
     let closing = false
     let answered = 0
 
-    const stream = (response: Http.ServerResponse, id: string, n: number, minMs: number, maxMs: number) => {
+    const stream = (response: Http.ServerResponse, id: string, n: number, minMs: number, maxMs: number, lead = false) => {
       const stamps = new Float64Array(n).fill(Number.NaN)
       times.set(id, stamps)
-      response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
-      response.write(chunk({ role: "assistant", content: "" }))
       let k = 0
+      response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
+      if (lead && n > 0) {
+        // The first byte of the body carries delta 0: its stamp is the provider's first byte.
+        const first = chunk({ role: "assistant", content: "" }) + chunk({ content: ` t0.` })
+        stamps[0] = performance.now()
+        response.write(first)
+        k = 1
+      } else {
+        response.write(chunk({ role: "assistant", content: "" }))
+      }
       const finish = () => {
         open.delete(response)
         response.end(TAIL)
@@ -113,7 +123,7 @@ export const start = (): Promise<StampedProvider> =>
         let last: RegExpMatchArray | undefined
         for (const match of body.matchAll(MARKER)) last = match
         if (last === undefined) return stream(response, `anon-${answered}`, 3, 1, 2)
-        stream(response, last[1]!, Number(last[2]), Number(last[3]), Number(last[4]))
+        stream(response, last[1]!, Number(last[2]), Number(last[3]), Number(last[4]), last[5] !== undefined)
       })
     })
     server.keepAliveTimeout = 60_000

@@ -241,7 +241,7 @@ const turnOn = (session: http2.ClientHttp2Session, provider: StampedProvider, sp
     })
     send(runRequestMessage({
       conversationId: options.conversationId ?? randomUUID(),
-      text: `Please answer. ${marker(spec.id, spec.deltas, spec.minMs, spec.maxMs)}`,
+      text: `Please answer. ${marker(spec.id, spec.deltas, spec.minMs, spec.maxMs, spec.lead === true)}`,
       model: "bench-model"
     }), "runRequest")
   })

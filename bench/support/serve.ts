@@ -9,7 +9,7 @@
  *
  *   node --expose-gc --import tsx bench/support/serve.ts
  */
-import { HttpServer } from "@effect/platform"
+import * as HttpServer from "@effect/platform/HttpServer"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Effect, Schema } from "effect"
 import * as Config from "../../src/Config.js"

@@ -21,6 +21,8 @@ export interface StreamSpec {
   readonly deltas: number
   readonly minMs: number
   readonly maxMs: number
+  /** Delta 0 leaves in the provider's first write (headers and role chunk): time to first delta. */
+  readonly lead?: boolean
   /**
    * A probe of the server's reaction time: once this many text deltas arrived, the client sends
    * `conversation_action.cancel_action` and times the end-stream (`canceled`) that answers it.
@@ -104,7 +106,7 @@ export const serverStream = async (
   try {
     const turn = client.turn({
       conversationId: options.conversationId ?? randomUUID(),
-      text: `Please answer. ${marker(spec.id, spec.deltas, spec.minMs, spec.maxMs)}`,
+      text: `Please answer. ${marker(spec.id, spec.deltas, spec.minMs, spec.maxMs, spec.lead === true)}`,
       model: "bench-model"
     })
     let canceledAt: number | undefined
@@ -143,7 +145,7 @@ export const serverStream = async (
 export const relayStream = (baseUrl: string, provider: StampedProvider, spec: StreamSpec, agent: http.Agent): Promise<StreamResult> =>
   new Promise((resolve) => {
     const url = new URL(baseUrl)
-    const body = JSON.stringify({ model: "bench-model", stream: true, messages: [{ role: "user", content: `Please answer. ${marker(spec.id, spec.deltas, spec.minMs, spec.maxMs)}` }] })
+    const body = JSON.stringify({ model: "bench-model", stream: true, messages: [{ role: "user", content: `Please answer. ${marker(spec.id, spec.deltas, spec.minMs, spec.maxMs, spec.lead === true)}` }] })
     const arrivals: Array<{ at: number; text: string }> = []
     const problems: Array<string> = []
     let settled = false

@@ -11,7 +11,7 @@
  * running configuration stays. Changes to the listeners, the database, the CA's home and the
  * proxy are logged as needing a restart and keep their running values (`Changes.ts`).
  */
-import { FileSystem } from "@effect/platform"
+import * as FileSystem from "@effect/platform/FileSystem"
 import { Context, Data, Effect, Layer, Metric, Stream, SubscriptionRef } from "effect"
 import type { ConfigSource, ServerConfig } from "../Config.js"
 import { ConfigError, loadFrom } from "../Config.js"

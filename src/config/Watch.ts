@@ -5,7 +5,7 @@
  * are filtered by the file's name. A burst of events (one save is often a truncate, a write and
  * a rename) is collapsed by waiting for a quiet period. A failed watch is started again.
  */
-import { FileSystem } from "@effect/platform"
+import * as FileSystem from "@effect/platform/FileSystem"
 import { Duration, Effect, Schedule, Stream } from "effect"
 import { basename, dirname, resolve } from "node:path"
 

@@ -13,7 +13,7 @@ import "reflect-metadata"
 import { AsnConvert } from "@peculiar/asn1-schema"
 import { GeneralName, GeneralSubtree, GeneralSubtrees, id_ce_nameConstraints, NameConstraints } from "@peculiar/asn1-x509"
 import * as X509 from "@peculiar/x509"
-import { FileSystem } from "@effect/platform"
+import * as FileSystem from "@effect/platform/FileSystem"
 import { Effect, Schema } from "effect"
 import { createPrivateKey, randomBytes, webcrypto, X509Certificate } from "node:crypto"
 

@@ -5,7 +5,7 @@
  * puts it back: byte for byte when the file is as we left it, key by key when the user has
  * edited it since. The edits themselves (`apply`, `revert`, `status`) are pure.
  */
-import { FileSystem } from "@effect/platform"
+import * as FileSystem from "@effect/platform/FileSystem"
 import type { PlatformError } from "@effect/platform/Error"
 import { Effect, Either, Option, Schema } from "effect"
 import * as Jsonc from "jsonc-parser"

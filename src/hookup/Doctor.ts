@@ -4,8 +4,8 @@
  * only our CA trusted, and a procedure it must answer locally); the CA, the OS's trust in it
  * and Cursor's settings from their files; each configured model by a one-token request.
  */
-import { FileSystem } from "@effect/platform"
-import { NodeHttpClient } from "@effect/platform-node"
+import * as FileSystem from "@effect/platform/FileSystem"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Console, Duration, Effect, Option, Schema, Stream } from "effect"
 import * as Http from "node:http"
 import * as Tls from "node:tls"
@@ -195,7 +195,7 @@ export const checks = (options: CheckOptions) =>
             ? check(`model ${model.id}`, "ok", answered.right)
             : check(`model ${model.id}`, "FAIL", answered.left.message, `check provider ${model.provider}'s key, base URL and model name`))
         )
-      ), { discard: true }).pipe(Effect.provide(Router.layer(config.router)), Effect.provide(NodeHttpClient.layerUndici))
+      ), { discard: true }).pipe(Effect.provide(Router.layer(config.router)), Effect.provide(NodeHttpClient.dispatcherLayer))
     return results
   })
 

@@ -4,7 +4,9 @@
  * prints them (`formatCommand`) or runs them (`runCommands`, which never adds sudo), and
  * `isTrusted` checks the result with probes that tests replace.
  */
-import { Command, CommandExecutor, FileSystem } from "@effect/platform"
+import * as Command from "@effect/platform/Command"
+import * as CommandExecutor from "@effect/platform/CommandExecutor"
+import * as FileSystem from "@effect/platform/FileSystem"
 import { Effect, Stream } from "effect"
 import { X509Certificate } from "node:crypto"
 

@@ -9,12 +9,13 @@
  * `overloaded_error` after `message_start`, a connection dropped after the first bytes) is
  * retried invisibly, while anything the client has seen is never silently replayed.
  */
-import { HttpClient, HttpClientRequest } from "@effect/platform"
-import { Cause, Chunk, Duration, Effect, Either, ExecutionStrategy, Exit, Mailbox, Metric, Option, Random, Scope, Stream } from "effect"
+import { Chunk, Duration, Effect, Either, ExecutionStrategy, Exit, Mailbox, Metric, Random, Scope, Stream } from "effect"
 import type { LlmError, ResponseEvent } from "../Llm.js"
 import * as Metrics from "../Metrics.js"
 import { classifyHttpError, llmError, type Machine } from "./Common.js"
 import { makeSseDecoder, SseEventTooLarge } from "./Sse.js"
+import type { Readable } from "node:stream"
+import type * as Undici from "undici"
 
 /** Retry and timeout policy; every number is configurable so tests run in milliseconds. */
 export interface RetrySettings {
@@ -65,49 +66,107 @@ const describe = (cause: unknown): string => {
 const idleError = (provider: string, settings: RetrySettings): LlmError =>
   llmError("idleTimeout", `${provider}: no data for ${settings.idleTimeoutMs} ms`, { retryable: true, provider })
 
+/** A provider's answer head: status, headers (lower-case names, repeated ones joined) and the raw body. */
+interface Head {
+  readonly status: number
+  readonly headers: Readonly<Record<string, string>>
+  readonly body: Readable
+}
+
+/**
+ * POSTs the request with undici (the dispatcher's own keep-alive pool); aborted when the scope
+ * closes. The body is handed over raw: the attempt reads it in its own `data` callback.
+ */
+const post = (dispatcher: Undici.Dispatcher, request: ProviderRequest): Effect.Effect<Head, LlmError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const controller = new AbortController()
+    yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
+    const url = new URL(request.url)
+    const response = yield* Effect.tryPromise({
+      try: () =>
+        dispatcher.request({
+          origin: url.origin,
+          path: url.pathname + url.search,
+          method: "POST",
+          headers: { ...request.headers, "content-type": "application/json" },
+          body: request.body,
+          signal: controller.signal,
+          // The idle timeout below covers the head and the body.
+          headersTimeout: 0,
+          bodyTimeout: 0
+        }),
+      catch: (cause) => networkError(request.provider, cause)
+    })
+    const headers: Record<string, string> = {}
+    for (const [name, value] of Object.entries(response.headers)) {
+      if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(", ") : value
+    }
+    return { status: response.statusCode, headers, body: response.body }
+  })
+
+/** Reads a whole (error) body as text. */
+const bodyText = (body: Readable): Effect.Effect<string> =>
+  Effect.async<string>((resume) => {
+    const parts: Array<Buffer> = []
+    body.on("data", (part: Buffer) => parts.push(part))
+    body.once("end", () => resume(Effect.succeed(Buffer.concat(parts).toString("utf8"))))
+    body.once("error", () => resume(Effect.succeed(Buffer.concat(parts).toString("utf8"))))
+    return Effect.sync(() => body.destroy())
+  })
+
+/** One attempt's events: a mailbox the stream reads, and the switch to handing them to a callback instead. */
+export interface Attempt {
+  readonly events: Mailbox.ReadonlyMailbox<ResponseEvent, LlmError>
+  /**
+   * From now on, events go to `sink` as they come off the network (in the body's `data`
+   * callback), those already in the mailbox first; the mailbox then only ends or fails.
+   */
+  readonly pushTo: (sink: (events: ReadonlyArray<ResponseEvent>) => void) => Effect.Effect<void>
+}
+
 /**
  * One attempt: the raw events of one HTTP exchange, in a mailbox that ends (or fails) with the
  * exchange. The request is aborted when the scope closes.
  *
- * A reader fiber decodes each body chunk as it arrives (SSE decoder and the adapter's machine,
- * synchronously) and offers the events to a mailbox the returned stream reads; reading stops
- * mattering once the machine is done (the stream ends and its scope aborts the request). A
- * watchdog fiber fails the stream with `idleTimeout` once no byte has come for the idle
- * timeout: it wakes once per timeout period, where `Stream.timeoutFail` raced a timer against
- * every read (~100 µs per chunk, measured).
+ * The body is read in its own `data` callback: each network read is decoded there (SSE decoder
+ * and the adapter's machine, synchronously) and its events are offered to the mailbox, or,
+ * once `pushTo` was called, handed to the sink in that same call (the delta fast path: no
+ * fiber runs between the socket read and the sink). A watchdog fiber fails the stream with
+ * `idleTimeout` once no byte has come for the idle timeout: it wakes once per timeout period,
+ * where `Stream.timeoutFail` raced a timer against every read (~100 µs per chunk, measured).
  */
 export const openAttempt = (
-  client: HttpClient.HttpClient,
+  dispatcher: Undici.Dispatcher,
   request: ProviderRequest,
   settings: RetrySettings
-): Effect.Effect<Mailbox.ReadonlyMailbox<ResponseEvent, LlmError>, LlmError, Scope.Scope> =>
+): Effect.Effect<Attempt, LlmError, Scope.Scope> =>
     Effect.gen(function*() {
-      const httpRequest = HttpClientRequest.post(request.url).pipe(
-        HttpClientRequest.setHeaders(request.headers),
-        HttpClientRequest.bodyText(request.body, "application/json")
-      )
       const idle = Duration.millis(settings.idleTimeoutMs)
-      const response = yield* client.execute(httpRequest).pipe(
-        Effect.mapError((cause) => networkError(request.provider, cause)),
+      const head = yield* post(dispatcher, request).pipe(
         Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) })
       )
-      if (response.status < 200 || response.status >= 300) {
-        const text = yield* response.text.pipe(
+      if (head.status < 200 || head.status >= 300) {
+        const text = yield* bodyText(head.body).pipe(
           Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) }),
           Effect.orElseSucceed(() => "")
         )
         const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-        return yield* classifyHttpError(request.provider, response.status, response.headers, text, now)
+        return yield* classifyHttpError(request.provider, head.status, head.headers, text, now)
       }
       const machine = request.makeMachine()
       const decoder = makeSseDecoder()
       const clock = yield* Effect.clock
       const events = yield* Mailbox.make<ResponseEvent, LlmError>()
+      const body = head.body
       let lastReadAt = clock.unsafeCurrentTimeMillis()
       let settled = false
+      let sink: ((events: ReadonlyArray<ResponseEvent>) => void) | undefined
 
       const settle = (out: ReadonlyArray<ResponseEvent>, error: LlmError | undefined) => {
-        if (out.length > 0) events.unsafeOfferAll(out)
+        if (out.length > 0) {
+          if (sink !== undefined) sink(out)
+          else events.unsafeOfferAll(out)
+        }
         if (error !== undefined) {
           settled = true
           events.unsafeDone(Exit.fail(error))
@@ -116,25 +175,22 @@ export const openAttempt = (
           events.unsafeDone(Exit.void)
         }
       }
-      const onBytes = (chunk: Chunk.Chunk<Uint8Array>) =>
-        Effect.sync(() => {
-          lastReadAt = clock.unsafeCurrentTimeMillis()
-          if (settled) return
-          const out: Array<ResponseEvent> = []
-          let error: LlmError | undefined
-          try {
-            outer: for (const bytes of chunk) {
-              for (const event of decoder.feedBytes(bytes)) {
-                error = machine.push(event, out)
-                if (error !== undefined || machine.finished()) break outer
-              }
-            }
-          } catch (cause) {
-            error = llmError("malformedStream", cause instanceof SseEventTooLarge ? cause.message : `SSE decoding failed: ${String(cause)}`)
+      const onData = (bytes: Buffer) => {
+        lastReadAt = clock.unsafeCurrentTimeMillis()
+        if (settled) return
+        const out: Array<ResponseEvent> = []
+        let error: LlmError | undefined
+        try {
+          for (const event of decoder.feedBytes(bytes)) {
+            error = machine.push(event, out)
+            if (error !== undefined || machine.finished()) break
           }
-          settle(out, error)
-        })
-      const onEnd = Effect.sync(() => {
+        } catch (cause) {
+          error = llmError("malformedStream", cause instanceof SseEventTooLarge ? cause.message : `SSE decoding failed: ${String(cause)}`)
+        }
+        settle(out, error)
+      }
+      const onEnd = () => {
         if (settled) return
         const out: Array<ResponseEvent> = []
         decoder.end()
@@ -144,20 +200,21 @@ export const openAttempt = (
           settled = true
           events.unsafeDone(Exit.void)
         }
-      })
-      yield* response.stream.pipe(
-        Stream.runForEachChunk(onBytes),
-        Effect.matchCauseEffect({
-          onSuccess: () => onEnd,
-          onFailure: (cause) =>
-            Effect.sync(() => {
-              if (settled || Cause.isInterruptedOnly(cause)) return
-              settled = true
-              const failure = Cause.failureOption(cause)
-              events.unsafeDone(Exit.fail(networkError(request.provider, Option.isSome(failure) ? failure.value : Cause.squash(cause))))
-            })
-        }),
-        Effect.forkScoped
+      }
+      const onError = (cause: Error) => {
+        if (settled) return
+        settled = true
+        events.unsafeDone(Exit.fail(networkError(request.provider, cause)))
+      }
+      body.on("data", onData)
+      body.once("end", onEnd)
+      body.once("error", onError)
+      yield* Effect.addFinalizer(() =>
+        Effect.sync(() => {
+          settled = true
+          body.off("data", onData)
+          body.destroy()
+        })
       )
       const watchdog: Effect.Effect<void> = Effect.suspend(() => {
         if (settled) return Effect.void
@@ -166,12 +223,19 @@ export const openAttempt = (
           return Effect.sync(() => {
             settled = true
             events.unsafeDone(Exit.fail(idleError(request.provider, settings)))
+            body.destroy()
           })
         }
         return Effect.zipRight(Effect.sleep(Duration.millis(settings.idleTimeoutMs - quietFor)), watchdog)
       })
       yield* Effect.forkScoped(watchdog)
-      return events
+      const pushTo = (to: (events: ReadonlyArray<ResponseEvent>) => void) =>
+        // A mailbox that has ended already keeps its end for the stream that follows.
+        Effect.map(Effect.orElseSucceed(events.clear, () => Chunk.empty<ResponseEvent>()), (queued) => {
+          if (queued.length > 0) to(Chunk.toReadonlyArray(queued))
+          sink = to
+        })
+      return { events, pushTo }
     })
 
 /** The delay before retry number `retry` (0-based), or a fail-fast error when the server asks too much. */
@@ -200,10 +264,11 @@ export const retryDelay = (error: LlmError, retry: number, settings: RetrySettin
  * delay, annotated with `annotations` (the router's: conversation, call id, model).
  */
 export const streamWithRetry = (
-  client: HttpClient.HttpClient,
+  dispatcher: Undici.Dispatcher,
   request: ProviderRequest,
   settings: RetrySettings,
-  annotations: Readonly<Record<string, unknown>> = {}
+  annotations: Readonly<Record<string, unknown>> = {},
+  onEvents?: (events: ReadonlyArray<ResponseEvent>) => void
 ): Stream.Stream<ResponseEvent, LlmError> =>
   Stream.unwrapScoped(
     Effect.gen(function*() {
@@ -214,7 +279,12 @@ export const streamWithRetry = (
         const held: Array<ResponseEvent> = []
         // Taken straight from the attempt's mailbox (no pull-based stream stage in between).
         const primed = yield* Effect.gen(function*() {
-          const events = yield* openAttempt(client, request, settings).pipe(Scope.extend(scope))
+          const { events, pushTo } = yield* openAttempt(dispatcher, request, settings).pipe(Scope.extend(scope))
+          // With a sink, the events after the held ones go to it as they come off the network; the
+          // switch is pulled once the held ones were taken, so none is overtaken.
+          const rest = onEvents === undefined
+            ? Mailbox.toStream(events)
+            : Stream.concat(Stream.drain(Stream.fromEffect(pushTo(onEvents))), Mailbox.toStream(events))
           while (true) {
             const [chunk, done] = yield* events.takeAll
             let content = false
@@ -223,7 +293,7 @@ export const streamWithRetry = (
               held.push(retry > 0 && event._tag === "Start" ? { ...event, attempts: retry + 1 } : event)
               if (event._tag !== "Start") content = true
             }
-            if (content) return done ? Stream.fromIterable(held) : Stream.concat(Stream.fromIterable(held), Mailbox.toStream(events))
+            if (content) return done ? Stream.fromIterable(held) : Stream.concat(Stream.fromIterable(held), rest)
             if (done) return Stream.fromIterable(held)
           }
         }).pipe(Effect.either)

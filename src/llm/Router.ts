@@ -4,7 +4,7 @@
  * URL, key, extra headers and body fields, compat overrides) and the upstream model to ask for.
  * API keys arrive already resolved (the caller reads the environment) and stay `Redacted`.
  */
-import { HttpClient } from "@effect/platform"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Effect, Layer, Metric, Schema, Stream } from "effect"
 import { type AssistantMessage, Llm, type LlmError, type Message, type RequestMessages, type ResponseEvent, type StreamOptions, type Usage, type UserContent } from "../Llm.js"
 import * as Metrics from "../Metrics.js"
@@ -230,12 +230,12 @@ export const callAnnotations = (callId: string): Record<string, string> => ({
 })
 
 /**
- * Builds the `Llm` service over an `HttpClient` from the configuration `current` returns. Each
+ * Builds the `Llm` service over an undici `Dispatcher` from the configuration `current` returns. Each
  * call reads it once, when it starts: its targets, fallbacks and retry policy stay those for
  * the whole call, while a call started after the configuration changed sees the new table.
  */
 export const makeLive = Effect.fn("Router.makeLive")(function*(current: () => RouterConfig) {
-  const client = yield* HttpClient.HttpClient
+  const client = yield* NodeHttpClient.Dispatcher
   const stream = (request: RequestMessages, options: StreamOptions) =>
     Stream.suspend(() => {
       const config = current()
@@ -251,7 +251,7 @@ export const makeLive = Effect.fn("Router.makeLive")(function*(current: () => Ro
         const target = targets[index]!
         const sent = target.acceptsImages ? request : withoutImages(request, options.model)
         let emitted = false
-        return streamWithRetry(client, target.adapter.prepare(sent, target.settings), retry, { ...annotations, upstreamModel: target.settings.model }).pipe(
+        return streamWithRetry(client, target.adapter.prepare(sent, target.settings), retry, { ...annotations, upstreamModel: target.settings.model }, options.onEvents).pipe(
           Stream.mapChunks((chunk) => {
             emitted = true
             return chunk
@@ -287,8 +287,8 @@ export const makeLive = Effect.fn("Router.makeLive")(function*(current: () => Ro
 /** Builds the `Llm` service from a configuration value and an `HttpClient`. */
 export const make = (config: RouterConfig) => makeLive(() => config)
 
-/** The `Llm` layer for a configuration value (requires an `HttpClient`). */
-export const layer = (config: RouterConfig): Layer.Layer<Llm, never, HttpClient.HttpClient> => Layer.effect(Llm, make(config))
+/** The `Llm` layer for a configuration value (requires an undici `Dispatcher`: `NodeHttpClient.dispatcherLayer`). */
+export const layer = (config: RouterConfig): Layer.Layer<Llm, never, NodeHttpClient.Dispatcher> => Layer.effect(Llm, make(config))
 
-/** The `Llm` layer over a changing configuration, read when each call starts (requires an `HttpClient`). */
-export const layerLive = (current: () => RouterConfig): Layer.Layer<Llm, never, HttpClient.HttpClient> => Layer.effect(Llm, makeLive(current))
+/** The `Llm` layer over a changing configuration, read when each call starts (requires an undici `Dispatcher`: `NodeHttpClient.dispatcherLayer`). */
+export const layerLive = (current: () => RouterConfig): Layer.Layer<Llm, never, NodeHttpClient.Dispatcher> => Layer.effect(Llm, makeLive(current))

@@ -2,8 +2,8 @@
  * A conversation's actor, as the runner's parts see it: the envelopes its mailbox takes, the
  * state it folds, and `RunnerEnv`, what every part of the runner is given.
  */
-import { Data } from "effect"
-import type { Context, Deferred, Effect, FiberMap, Mailbox } from "effect"
+import { Data, Effect } from "effect"
+import type { Context, Deferred, FiberMap, Mailbox } from "effect"
 import type { Llm, ResponseEvent } from "../Llm.js"
 import type { ConversationState, Input, makeTransition, RuntimeState } from "../Loop.js"
 import type { RunnerOptions } from "../Runner.js"
@@ -26,6 +26,23 @@ export interface Actor {
   readonly conversationId: string
   readonly mailbox: Mailbox.Mailbox<Envelope>
   readonly done: Effect.Effect<void>
+  /** The state the actor folds: set once its committed state is loaded, then after every envelope. */
+  state: ActorState | undefined
+  /**
+   * Envelopes offered and not yet processed. While none are, a model stream's pure events may
+   * be applied to `state` in the stream's own fiber (`RunnerEnv.inline`), in arrival order.
+   */
+  pending: number
+}
+
+/** `offer` as an effect (the actor's own follow-up inputs). */
+export const offerEffect = (actor: Actor, envelope: Envelope): Effect.Effect<boolean> => Effect.sync(() => offer(actor, envelope))
+
+/** Offers an envelope to the actor's mailbox; false when the actor is ending (it took no more). */
+export const offer = (actor: Actor, envelope: Envelope): boolean => {
+  if (!actor.mailbox.unsafeOffer(envelope)) return false
+  actor.pending++
+  return true
 }
 
 export interface ActorState {
@@ -60,4 +77,6 @@ export interface RunnerEnv {
   readonly remember: (state: ConversationState, version: number) => void
   /** Hands an envelope to the conversation's actor, starting one if none runs. */
   readonly deliver: (conversationId: string, envelope: Envelope) => Effect.Effect<void>
+  /** Whether `actor` is the conversation's live actor. */
+  readonly isLive: (actor: Actor) => boolean
 }

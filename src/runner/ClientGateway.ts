@@ -76,6 +76,11 @@ export class ClientGateway extends Context.Tag("cursor-byok/ClientGateway")<Clie
   /** Streamed events of a running turn's model call `callId`, in order. */
   readonly publish: (turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>) => Effect.Effect<void>
   /**
+   * `publish` as a plain call, for the delta fast path: done when the turn's request is open
+   * and running (true), else nothing is done and the caller publishes through `publish` (false).
+   */
+  readonly publishNow: (turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>, nowMs: number) => boolean
+  /**
    * Runs one tool call on the client; its result comes back through `Runner.submit` as a
    * ToolResult, or is returned here when the tool is done at once (a tool the server keeps,
    * such as TodoWrite): the runner applies it as `<operation id>:result`.

@@ -3,11 +3,12 @@
  * mailbox as they come off the network, and however it ends (done, an error, a stream cut
  * short) the actor gets an event that says so.
  */
-import { Chunk, Clock, Effect, FiberMap, Metric, Stream } from "effect"
+import { Chunk, Clock, Effect, FiberMap, Metric, Runtime, Stream } from "effect"
 import type { ResponseEvent } from "../Llm.js"
 import type { Command } from "../Loop.js"
 import * as Metrics from "../Metrics.js"
-import { Envelope } from "./Actor.js"
+import { Envelope, offer } from "./Actor.js"
+import { stepInline } from "./FastPath.js"
 import type { Actor, RunnerEnv } from "./Actor.js"
 import { turnOfCall } from "./TurnLog.js"
 
@@ -23,12 +24,31 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
       deliver(actor.conversationId, Envelope.Stream({ callId: call.callId, events }))
     yield* Metric.increment(Metrics.llmCalls)
     const openedAt = yield* Clock.currentTimeMillis
+    const clock = yield* Effect.clock
+    const runtime = yield* Effect.runtime<never>()
     let finished = false
     let firstDelta = true
     let attempts = 1
-    const options = call.maxOutputTokens === undefined
-      ? { model: call.model, callId: call.callId }
-      : { model: call.model, callId: call.callId, maxOutputTokens: call.maxOutputTokens }
+    /**
+     * The delta fast path: once the answer's first content is out, each network read's events
+     * come here in the read's own call. What the actor would fold without a commit is applied
+     * and written to the client at once (`stepInline`); the rest goes to the actor's mailbox,
+     * in order after it (through `deliver` should this actor have ended).
+     */
+    const onEvents = (events: ReadonlyArray<ResponseEvent>) => {
+      for (const event of events) if (event._tag === "Done" || event._tag === "Error") finished = true
+      const applied = stepInline(env, actor, call.callId, events, clock.unsafeCurrentTimeMillis())
+      if (applied === events.length) return
+      const rest = applied === 0 ? events : events.slice(applied)
+      if (env.isLive(actor) && offer(actor, Envelope.Stream({ callId: call.callId, events: rest }))) return
+      Runtime.runFork(runtime)(feed(rest))
+    }
+    const options = {
+      model: call.model,
+      callId: call.callId,
+      onEvents,
+      ...(call.maxOutputTokens === undefined ? {} : { maxOutputTokens: call.maxOutputTokens })
+    }
     const consume = llm.stream(call.request, options).pipe(
       // One envelope per network read: under load a read carries many deltas.
       Stream.runForEachChunk((chunk) => {
@@ -51,8 +71,13 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
             }))
           }
         }
+        // The fast path applies what it can here and now; the rest goes to the actor, in order.
+        const deliverRest = Effect.suspend(() => {
+          const applied = stepInline(env, actor, call.callId, events, clock.unsafeCurrentTimeMillis())
+          return applied === events.length ? Effect.void : feed(applied === 0 ? events : events.slice(applied))
+        })
         // The write waits until the actor has had its turn: the first delta goes out before it.
-        return Effect.zipRight(timing, feed(events)).pipe(
+        return Effect.zipRight(timing, deliverRest).pipe(
           Effect.zipRight(Effect.suspend(() => (record === undefined ? Effect.void : Effect.zipRight(Effect.yieldNow(), record))))
         )
       }),

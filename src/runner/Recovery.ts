@@ -8,7 +8,7 @@
 import { Deferred, Effect, Option } from "effect"
 import type { ToolResultMessage } from "../Llm.js"
 import { Command, Input } from "../Loop.js"
-import { Envelope, turnRefOf } from "./Actor.js"
+import { Envelope, offerEffect, turnRefOf } from "./Actor.js"
 import type { Actor, ActorState, RecoveryOutcome, RunnerEnv } from "./Actor.js"
 import { startModelCall } from "./ModelCall.js"
 
@@ -40,7 +40,7 @@ export const resume = (env: RunnerEnv, actor: Actor, acc: ActorState) =>
       const current = waiting.toolCalls[waiting.dispatched - 1]!
       const record = yield* store.loadOperation(current.operationId)
       if (Option.isSome(record) && record.value.status === "completed") {
-        yield* actor.mailbox.offer(Envelope.Apply({
+        yield* offerEffect(actor, Envelope.Apply({
           input: Input.ToolResult({ message: record.value.result as ToolResultMessage }),
           inputId: `${current.operationId}:result`
         }))
@@ -49,11 +49,11 @@ export const resume = (env: RunnerEnv, actor: Actor, acc: ActorState) =>
       if (options.classifyTool(current.toolCall).idempotent) {
         yield* store.markOperationSent(current.operationId).pipe(Effect.ignore)
         const done = yield* gateway.dispatch(turn, { operationId: current.operationId, toolCall: current.toolCall, modelCallId: waiting.callId, resend: true })
-        if (done !== undefined) yield* actor.mailbox.offer(Envelope.Apply({ input: Input.ToolResult({ message: done }), inputId: `${current.operationId}:result` }))
+        if (done !== undefined) yield* offerEffect(actor, Envelope.Apply({ input: Input.ToolResult({ message: done }), inputId: `${current.operationId}:result` }))
         return "resent" as const
       }
       const recovered = options.recoveredResult === undefined ? undefined : yield* options.recoveredResult(current.toolCall, store)
-      yield* actor.mailbox.offer(Envelope.Apply({
+      yield* offerEffect(actor, Envelope.Apply({
         input: Input.ToolResult({ message: recovered ?? options.interruptedResult(current.toolCall) }),
         inputId: `${current.operationId}:result`
       }))

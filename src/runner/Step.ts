@@ -10,7 +10,7 @@ import type { ResponseEvent } from "../Llm.js"
 import { Command, Input, isBusy } from "../Loop.js"
 import type { ConversationState } from "../Loop.js"
 import * as Metrics from "../Metrics.js"
-import { Envelope, turnRefOf } from "./Actor.js"
+import { Envelope, offerEffect, turnRefOf } from "./Actor.js"
 import type { Actor, ActorState, RunnerEnv } from "./Actor.js"
 import type { TurnOutcome } from "./ClientGateway.js"
 import { commitOf, derivedInputId } from "./Commits.js"
@@ -177,7 +177,7 @@ const perform = (env: RunnerEnv, actor: Actor, acc: ActorState, command: Command
         })),
         // Done at once (a tool the server keeps): its result goes in after this input.
         Effect.flatMap((done) =>
-          done === undefined ? Effect.void : actor.mailbox.offer(Envelope.Apply({ input: Input.ToolResult({ message: done }), inputId: `${operationId}:result` }))
+          done === undefined ? Effect.void : offerEffect(actor, Envelope.Apply({ input: Input.ToolResult({ message: done }), inputId: `${operationId}:result` }))
         ),
         Effect.catchAll((error) => Effect.logError("runner: could not mark an operation sent", error)),
         Effect.as(acc)

@@ -2,7 +2,7 @@
  * What the Store's statements share: the SQL connection, the remembered hashes of request
  * parts, and which parts are known to be stored; and how a SQL failure becomes a `StoreError`.
  */
-import type { SqlClient } from "@effect/sql"
+import type * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import { systemPromptHash, toolsHash } from "../Llm.js"
 import type { ToolDefinition } from "../Llm.js"

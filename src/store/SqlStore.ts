@@ -16,7 +16,7 @@
  * function of an explicit `StoreEnv` (`Env.ts`); the rows and their decoding are in `Rows.ts`.
  * This module builds that environment and assembles the service.
  */
-import { SqlClient } from "@effect/sql"
+import * as SqlClient from "@effect/sql/SqlClient"
 import { Effect, Either } from "effect"
 import { commitInput, findHistory, findInputCommit, findSubagentRun, findTurnStarts, load, segments } from "./Conversations.js"
 import { makePartHashes, storeError } from "./Env.js"

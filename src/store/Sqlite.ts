@@ -7,10 +7,12 @@
  * `SqlClient` whose database has the Store's tables.
  */
 import * as Reactivity from "@effect/experimental/Reactivity"
-import { FileSystem, Path } from "@effect/platform"
-import { NodeContext } from "@effect/platform-node"
-import { SqlClient } from "@effect/sql"
-import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-node"
+import * as FileSystem from "@effect/platform/FileSystem"
+import * as Path from "@effect/platform/Path"
+import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
+import * as SqliteMigrator from "@effect/sql-sqlite-node/SqliteMigrator"
 import { Context, Effect, Layer } from "effect"
 import { StoreError } from "./Model.js"
 import { migrations } from "./migrations.js"

@@ -8,7 +8,7 @@
  * `request_parts`, and the length and hash of the history prefix it was sent with.
  */
 import { Effect } from "effect"
-import { SqlClient } from "@effect/sql"
+import * as SqlClient from "@effect/sql/SqlClient"
 
 const init = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient

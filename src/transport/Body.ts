@@ -4,7 +4,7 @@
  * so the client gets the error rather than a reset). Shared by BidiAppend, RunSSE and the side
  * RPCs' sinks.
  */
-import type { HttpServerRequest } from "@effect/platform"
+import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Stream } from "effect"
 import { ConnectError, decodeUnaryBody } from "./Connect.js"
 

@@ -14,7 +14,7 @@
  * only. Two listeners: cleartext h2c with prior knowledge (the CLI, tests), and TLS with ALPN
  * `h2` for the IDE. A client that speaks HTTP/1.1 to either gets a Connect error, not a hang.
  */
-import { Cause, Context, Effect, Exit, Fiber, FiberSet, Layer, Option, Stream } from "effect"
+import { Cause, Context, Deferred, Effect, Exit, Fiber, FiberSet, Layer, Option, Stream } from "effect"
 import { randomUUID } from "node:crypto"
 import type * as Http from "node:http"
 import * as Http2 from "node:http2"
@@ -22,7 +22,7 @@ import * as Net from "node:net"
 import type * as Tls from "node:tls"
 import { ConfigError } from "../Config.js"
 import * as Dialect from "../Dialect.js"
-import { Transport } from "../Transport.js"
+import { joinFrames, Transport } from "../Transport.js"
 import type { TransportService } from "../Transport.js"
 import { ConnectError, endStreamFrame, FLAG_END_STREAM, httpStatusOf, splitEnvelopes } from "./Connect.js"
 import { parentLinkOf } from "./Subagents.js"
@@ -73,20 +73,6 @@ const refuse = (stream: Http2.ServerHttp2Stream, error: ConnectError) => {
   stream.end(JSON.stringify(error.toJson()))
 }
 
-/** Writes a buffer, waiting for the stream to drain when its buffer is full. */
-const writeTo = (stream: Http2.ServerHttp2Stream, bytes: Uint8Array): Effect.Effect<void> =>
-  Effect.async<void>((resume) => {
-    if (stream.destroyed || stream.writableEnded) return resume(Effect.void)
-    if (stream.write(bytes)) return resume(Effect.void)
-    const done = () => {
-      stream.off("drain", done)
-      stream.off("close", done)
-      resume(Effect.void)
-    }
-    stream.on("drain", done)
-    stream.on("close", done)
-  })
-
 /**
  * Splits the request stream into client messages (`Connect.splitEnvelopes`, each at most
  * `maxBytes`). Fails with a Connect error on an oversized or undecodable envelope (the stream
@@ -117,14 +103,26 @@ const serveRun = (transport: TransportService, stream: Http2.ServerHttp2Stream, 
     const requestId = typeof header === "string" && header !== "" ? header : randomUUID()
     stream.respond({ ":status": 200, "content-type": "application/connect+proto", "connect-accept-encoding": "gzip" })
 
-    const output = yield* transport.runOutput(requestId, parentLinkOf(headers))
-    const writer = yield* Effect.fork(Stream.runForEach(output, (bytes) => writeTo(stream, bytes)).pipe(
-      Effect.zipRight(Effect.sync(() => stream.end()))
-    ))
+    // The turn's frames go to the stream in the writer's own call; the stream buffers what its
+    // flow-control window cannot take yet (node:http2 hands them to the socket at the end of the
+    // event-loop iteration). The output ends with the end-stream frame.
+    const outputEnded = yield* Deferred.make<void>()
+    const attach = yield* transport.runOutput(requestId, parentLinkOf(headers))
+    const detach = yield* attach({
+      write: (frames) => {
+        if (!stream.destroyed && !stream.writableEnded) stream.write(joinFrames(frames))
+      },
+      end: () => {
+        if (!stream.destroyed && !stream.writableEnded) stream.end()
+        Deferred.unsafeDone(outputEnded, Exit.void)
+      }
+    })
+    stream.once("close", detach)
+    const stopOutput = Effect.sync(detach)
     /** Ends the call with `error` (the session is not ended: a later request may resume its turn). */
     const endWith = (error: ConnectError) =>
       Effect.gen(function*() {
-        yield* Fiber.interrupt(writer)
+        yield* stopOutput
         yield* Effect.logWarning(`Run ${requestId} ended: ${error.code}: ${error.message}`)
         if (!stream.destroyed && !stream.writableEnded) stream.end(endStreamFrame(error))
       })
@@ -146,16 +144,16 @@ const serveRun = (transport: TransportService, stream: Http2.ServerHttp2Stream, 
     if (Exit.isFailure(ended)) {
       const error = Option.getOrUndefined(Cause.failureOption(ended.cause))
       // A reset stream is a disconnect: the writer stops, the turn runs on.
-      if (stream.destroyed || error === undefined || error.code === "canceled") return yield* Fiber.interrupt(writer)
+      if (stream.destroyed || error === undefined || error.code === "canceled") return yield* stopOutput
       return yield* endWith(error)
     }
     // Half-closed: the end of the client's input, not a cancel. A stream that sent nothing to run is told so.
     // Node ends the request body of a reset stream before it reports the reset: look once more.
     yield* Effect.async<void>((resume) => void setImmediate(() => resume(Effect.void)))
-    if (stream.destroyed || stream.aborted || (stream.rstCode ?? 0) !== 0) return yield* Fiber.interrupt(writer)
+    if (stream.destroyed || stream.aborted || (stream.rstCode ?? 0) !== 0) return yield* stopOutput
     const nothingToRun = yield* transport.runInputEnded(requestId)
     if (seqno === 0 || nothingToRun) return yield* endWith(new ConnectError("invalid_argument", "the Run stream ended without a run request"))
-    yield* Fiber.join(writer)
+    yield* Deferred.await(outputEnded)
   }).pipe(
     Effect.onInterrupt(() => Effect.sync(() => stream.destroyed || stream.close())),
     Effect.annotateLogs({ wire: "Run" })

@@ -9,16 +9,27 @@
  */
 import { Clock, Context, Effect, FiberSet, Layer, Queue } from "effect"
 import * as Dialect from "../Dialect.js"
-import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
 import type { ResponseEvent, Usage } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 import { ClientGateway } from "../Runner.js"
 import type { CompactionProgress, DispatchedOperation, TurnOutcome, TurnRef } from "../Runner.js"
 import type { TransportOptions } from "./Options.js"
-import { endFrameOf, Lifecycle, makeSession, requestIdOf, write } from "./Session.js"
+import { endFrameOf, frameOf, Lifecycle, makeSession, requestIdOf, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import { startOperation, toolContext } from "./ToolOps.js"
 import { beginNextTurn, sendTurnEnd } from "./TurnEnd.js"
+
+/** A model call's events as the turn's frames, moving the session's correlation on. */
+const encodeEvents = (session: Session, turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>, nowMs: number): Array<Uint8Array> => {
+  const mcpTools = toolContext(session, turn).mcpTools
+  const frames: Array<Uint8Array> = []
+  for (const event of events) {
+    const encoded = Dialect.encodeResponseEvent(session.correlation, callId, event, { nowMs, mcpTools })
+    session.correlation = encoded.correlation
+    for (const message of encoded.messages) frames.push(frameOf(message))
+  }
+  return frames
+}
 
 /** What a summarize of a short conversation shows: nothing was changed. */
 const NOTHING_TO_SUMMARIZE = "Nothing to summarize yet: the conversation is short enough to keep whole."
@@ -102,15 +113,16 @@ export const make = (options: TransportOptions) =>
       Effect.gen(function*() {
         const session = yield* turnSession(turn)
         const nowMs = yield* Clock.currentTimeMillis
-        const mcpTools = toolContext(session, turn).mcpTools
-        const messages: Array<AgentServerMessage> = []
-        for (const event of events) {
-          const encoded = Dialect.encodeResponseEvent(session.correlation, callId, event, { nowMs, mcpTools })
-          session.correlation = encoded.correlation
-          messages.push(...encoded.messages)
-        }
-        yield* write(session, messages)
+        yield* session.channel.write(encodeEvents(session, turn, callId, events, nowMs))
       })
+
+    const publishNow = (turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>, nowMs: number): boolean => {
+      const session = sessions.get(requestIdOf(turn))
+      if (session === undefined || session.lifecycle._tag !== "Running" || session.turnId !== turn.turnId) return false
+      session.lastActivityMs = nowMs
+      session.channel.unsafeWrite(encodeEvents(session, turn, callId, events, nowMs))
+      return true
+    }
 
     const dispatch = (turn: TurnRef, dispatched: DispatchedOperation) =>
       Effect.flatMap(turnSession(turn), (session) => startOperation(session, turn, dispatched, options.subagentModel?.())).pipe(
@@ -178,7 +190,7 @@ export const make = (options: TransportOptions) =>
       remove: (requestId) => void sessions.delete(requestId),
       size: () => sessions.size,
       adoptions,
-      gateway: ClientGateway.of({ publish, dispatch, compaction, abort, finish }),
+      gateway: ClientGateway.of({ publish, publishNow, dispatch, compaction, abort, finish }),
       shutdown
     })
   })

@@ -11,7 +11,9 @@
  * commit messages come from the user's model, not Cursor's); `account` rows only in offline
  * mode, otherwise the real Cursor answers them.
  */
-import { HttpLayerRouter, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
+import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect, Layer } from "effect"
 import { ConnectError } from "./Connect.js"
 import { accountRpcs, stripeProfileRpcs } from "./side/Account.js"

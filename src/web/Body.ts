@@ -2,7 +2,7 @@
  * Reading a response body under a byte cap: the stream is read chunk by chunk and dropped once
  * past the cap, so a huge or endless body costs at most the cap (and the time limit).
  */
-import type { HttpClientResponse } from "@effect/platform"
+import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { Effect, Stream } from "effect"
 
 export interface Body {

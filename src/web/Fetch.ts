@@ -9,8 +9,8 @@
  * reach a refused address. The agent lives for one fetch and is destroyed with it (a timeout or a
  * stopped body read closes its sockets), so nothing outlives the time limit.
  */
-import { HttpClientRequest } from "@effect/platform"
-import { NodeHttpClient } from "@effect/platform-node"
+import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Duration, Effect } from "effect"
 import { STATUS_CODES } from "node:http"
 import { isIP } from "node:net"

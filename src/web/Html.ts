@@ -5,9 +5,21 @@
  * `role="main"`), links and images are made absolute, and turndown with the GFM plugin writes
  * headings, lists, code blocks and tables. The page's title leads as a top heading.
  */
-import { gfm } from "@joplin/turndown-plugin-gfm"
-import domino from "@mixmark-io/domino"
-import TurndownService from "turndown"
+import type * as Gfm from "@joplin/turndown-plugin-gfm"
+import type Domino from "@mixmark-io/domino"
+import { createRequire } from "node:module"
+import type TurndownService from "turndown"
+
+// Loaded on the first page fetched, not at start: only web fetch and search need them (a few
+// MB of memory the server does not spend until then).
+const load = createRequire(import.meta.url)
+let libraries: { readonly Turndown: typeof TurndownService; readonly gfm: TurndownService.Plugin; readonly domino: typeof Domino } | undefined
+const libs = () =>
+  libraries ??= {
+    Turndown: load("turndown") as typeof TurndownService,
+    gfm: (load("@joplin/turndown-plugin-gfm") as typeof Gfm).gfm,
+    domino: load("@mixmark-io/domino") as typeof Domino
+  }
 
 // The project compiles without the DOM library: these are the few members used here.
 interface DomElement {
@@ -30,7 +42,7 @@ interface DomDocument {
   querySelector(selectors: string): DomElement | null | undefined
   querySelectorAll(selectors: string): ArrayLike<DomElement>
 }
-const parseDocument = (html: string): DomDocument => domino.createDocument(html, true) as DomDocument
+const parseDocument = (html: string): DomDocument => libs().domino.createDocument(html, true) as DomDocument
 
 /** Never content: code, styling, embedded media and widgets. */
 const alwaysDropped = [
@@ -53,7 +65,8 @@ const absolute = (value: string, base: string): string | undefined => {
 }
 
 const makeTurndown = (): TurndownService => {
-  const service = new TurndownService({ headingStyle: "atx", codeBlockStyle: "fenced", bulletListMarker: "-", emDelimiter: "_", hr: "---" })
+  const { gfm, Turndown } = libs()
+  const service = new Turndown({ headingStyle: "atx", codeBlockStyle: "fenced", bulletListMarker: "-", emDelimiter: "_", hr: "---" })
   service.use(gfm)
   // One space after the marker (turndown's default is three): fewer tokens, the same Markdown.
   service.addRule("listItem", {

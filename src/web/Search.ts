@@ -7,8 +7,10 @@
  * and are unwrapped only into the request header: an error names the backend and the status,
  * and a key echoed in an error body is blanked out.
  */
-import { Headers, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
-import { NodeHttpClient } from "@effect/platform-node"
+import * as Headers from "@effect/platform/Headers"
+import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Duration, Effect, Redacted, Schema } from "effect"
 import { STATUS_CODES } from "node:http"
 import { Agent } from "undici"

@@ -45,7 +45,7 @@ const call = (config: Router.RouterConfig) =>
       Logger.withMinimumLogLevel(LogLevel.Debug)
     )
     return { lines, answered: ended._tag === "Right" }
-  }).pipe(Effect.provide(Router.layer(config).pipe(Layer.provide(NodeHttpClient.layer))))
+  }).pipe(Effect.provide(Router.layer(config).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))))
 
 describe("model call log lines", () => {
   it.scopedLive("a 503 then an answer: one info line for the retry, with the provider, the attempt, the error, the delay and the call", () =>

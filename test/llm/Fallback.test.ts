@@ -38,7 +38,7 @@ const run = (config: Router.RouterConfig, model: string) =>
     const seen: Array<ResponseEvent> = []
     const ended = yield* Effect.either(Stream.runForEach(llm.stream(request, { model, callId: "conv-1/t1/c1" }), (event) => Effect.sync(() => seen.push(event))))
     return ended._tag === "Right" ? { _tag: "Right" as const, right: seen } : { _tag: "Left" as const, left: ended.left, seen }
-  }).pipe(Effect.provide(Router.layer(config).pipe(Layer.provide(NodeHttpClient.layer))))
+  }).pipe(Effect.provide(Router.layer(config).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))))
 
 const modelsAsked = (fake: Fake.FakeProvider) => fake.requests.map((r) => (JSON.parse(r.body) as { model: string }).model)
 const doneOf = (events: ReadonlyArray<ResponseEvent>) => events.find((e): e is Extract<ResponseEvent, { _tag: "Done" }> => e._tag === "Done")
@@ -141,7 +141,7 @@ describe("prices", () => {
       yield* Effect.gen(function*() {
         const llm = yield* Llm
         for (const callId of calls) yield* Stream.runDrain(llm.stream(request, { model: "gpt", callId }))
-      }).pipe(Effect.provide(Router.layer(config).pipe(Layer.provide(NodeHttpClient.layer))))
+      }).pipe(Effect.provide(Router.layer(config).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))))
       const keys = fake.requests.map((r) => (JSON.parse(r.body) as { prompt_cache_key?: string }).prompt_cache_key)
       expect(keys).toEqual([Router.promptCacheKeyOf(calls[0]!), Router.promptCacheKeyOf(calls[0]!)])
     }))

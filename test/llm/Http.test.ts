@@ -47,7 +47,7 @@ const call = (provider: Fake.FakeProvider, model: string, overrides: Partial<typ
       Effect.either
     )
     return { events, error: Either.isLeft(outcome) ? outcome.left : undefined }
-  }).pipe(Effect.provide(Router.layer(configFor(provider, overrides)).pipe(Layer.provide(NodeHttpClient.layer))))
+  }).pipe(Effect.provide(Router.layer(configFor(provider, overrides)).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))))
 
 const tags = (events: ReadonlyArray<ResponseEvent>) => events.map((event) => event._tag)
 

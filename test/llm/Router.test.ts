@@ -1,6 +1,6 @@
 import { NodeHttpClient } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Redacted, Schema, Stream } from "effect"
+import { Context, Effect, Layer, Redacted, Schema, Stream } from "effect"
 import { Llm } from "../../src/Llm.js"
 import * as Router from "../../src/llm/Router.js"
 import * as Fake from "../support/FakeProvider.js"
@@ -40,7 +40,8 @@ describe("Router configuration", () => {
         providers: [{ id: "oa", api: "openai-responses", baseUrl: fake.baseUrl, apiKey: Redacted.make("k"), headers: {}, extraBody: {}, compat: {} }],
         models: [{ id: "gpt", provider: "oa", upstreamModel: "gpt-5" }, { id: "orphan", provider: "missing", upstreamModel: "m" }]
       }
-      const llm = yield* Effect.provide(Llm, Router.layer(config).pipe(Layer.provide(NodeHttpClient.layer)))
+      // Built in the test's scope: the dispatcher (its connection pool) lives as long as the test.
+      const llm = Context.get(yield* Layer.build(Router.layer(config).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))), Llm)
       const orphan = yield* Effect.either(Stream.runDrain(llm.stream({ systemPrompt: "", messages: [], tools: [] }, { model: "orphan", callId: "c" })))
       expect(orphan._tag === "Left" && orphan.left.reason).toBe("notConfigured")
       const events = yield* Stream.runCollect(llm.stream({ systemPrompt: "s", messages: [{ role: "user", content: [{ type: "text", text: "hi" }] }], tools: [] }, { model: "gpt", callId: "c" }))

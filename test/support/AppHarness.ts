@@ -137,7 +137,7 @@ export const make = (options: AppHarnessOptions = {}): Effect.Effect<AppHarness,
     const app = Run.layer({ host: "127.0.0.1", cleartextPort: 0, tls }).pipe(Layer.orDie,
       Layer.provideMerge(source === undefined ? Server.layerApp(config) : Server.layerAppWatched(config, source)),
       Layer.provideMerge(NodeHttpServer.layer(Server.makeHttpServer, Server.listenOptions(0, "127.0.0.1"))),
-      Layer.provide(NodeHttpClient.layerUndici),
+      Layer.provide(NodeHttpClient.dispatcherLayer),
       Layer.provide(NodeContext.layer)
     )
     const context = yield* Layer.build(app).pipe(

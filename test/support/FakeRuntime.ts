@@ -119,6 +119,11 @@ export const makeFakeGateway = (
     )
     const layer = Layer.succeed(ClientGateway, {
       publish: (turn, _callId, events) => Effect.sync(() => void log.published.push({ turnId: turn.turnId, events })),
+      // The runner's delta fast path publishes here: the same log.
+      publishNow: (turn, _callId, events) => {
+        log.published.push({ turnId: turn.turnId, events })
+        return true
+      },
       dispatch: (turn, operation) =>
         Effect.gen(function*() {
           log.dispatched.push({ turn, operation })

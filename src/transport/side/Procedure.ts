@@ -6,7 +6,8 @@
  */
 import { create, fromBinary, fromJson, toBinary, toJson } from "@bufbuild/protobuf"
 import type { DescMessage, MessageShape } from "@bufbuild/protobuf"
-import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Clock, Effect } from "effect"
 import { readBody } from "../Body.js"
 import { ConnectError, httpStatusOf } from "../Connect.js"

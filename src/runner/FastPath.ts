@@ -1,0 +1,40 @@
+/**
+ * The delta fast path of a model stream (DESIGN.md §9): what one network read brings is
+ * decoded, transitioned, encoded and written in the stream's own fiber, with no hand-off to
+ * the conversation's actor, whenever that is safe.
+ */
+import { coalesceDeltas } from "../Llm.js"
+import type { ResponseEvent } from "../Llm.js"
+import { Input } from "../Loop.js"
+import { turnRefOf } from "./Actor.js"
+import type { Actor, RunnerEnv } from "./Actor.js"
+
+/**
+ * The delta fast path: a model stream's events applied in the stream's own fiber, as one plain
+ * call, while the actor has nothing queued or in hand (`actor.pending === 0`, so no envelope
+ * can be overtaken and `actor.state` is the state the actor would fold next). Only events that
+ * leave the committed state as it is and let the stream go on are taken (deltas; what
+ * `stepStream` folds without a commit); their emits are published at once through
+ * `publishNow`. Returns how many of `events` were applied: the rest (from the first event that
+ * commits, or all of them when the actor is busy or the turn's request is not open) go to the
+ * actor in an envelope, in order after these.
+ */
+export const stepInline = (env: RunnerEnv, actor: Actor, callId: string, events: ReadonlyArray<ResponseEvent>, nowMs: number): number => {
+  const acc = actor.state
+  if (acc === undefined || actor.pending !== 0 || !env.isLive(actor)) return 0
+  let runtime = acc.runtime
+  const emitted: Array<ResponseEvent> = []
+  let applied = 0
+  for (const event of events) {
+    const t = env.transition(runtime, Input.LlmEvent({ callId, event }))
+    if (t.state.committed !== runtime.committed || (t.command._tag !== "ContinueLlm" && t.command._tag !== "WaitInput")) break
+    for (const e of t.emit) emitted.push(e)
+    runtime = t.state
+    applied++
+  }
+  if (applied === 0) return 0
+  // The transition is pure: when the request cannot take the frames now, nothing was changed.
+  if (emitted.length > 0 && !env.gateway.publishNow(turnRefOf(runtime.committed), callId, coalesceDeltas(emitted), nowMs)) return 0
+  actor.state = { runtime, version: acc.version }
+  return applied
+}
