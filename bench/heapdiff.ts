@@ -6,7 +6,7 @@
  *
  *   node_modules/.bin/tsx bench/heapdiff.ts [extra] [outdir]
  */
-import { readdirSync, readFileSync } from "node:fs"
+import { readdirSync, readFileSync, statSync } from "node:fs"
 import { join } from "node:path"
 import { pathToFileURL } from "node:url"
 import { startServer } from "./support/child.js"
@@ -53,8 +53,14 @@ export const run = async (extra = 500, outdir = process.cwd()) => {
       await sleep(100)
       const found = readdirSync(outdir).find((f) => f.endsWith(".heapsnapshot") && !before.has(f))
       if (found !== undefined) {
-        await sleep(2000)
-        return join(outdir, found)
+        // Written in pieces: done once its size stops changing.
+        const path = join(outdir, found)
+        let size = -1
+        while (size <= 0 || statSync(path).size !== size) {
+          size = statSync(path).size
+          await sleep(1500)
+        }
+        return path
       }
     }
     throw new Error("no heap snapshot")

@@ -9,6 +9,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
+import { startFlags } from "../../test/support/ChildServer.js"
 
 const here = dirname(fileURLToPath(import.meta.url))
 export const repoRoot = join(here, "..", "..")
@@ -61,7 +62,7 @@ const bundle = (script: string): string => {
   mkdirSync(dir, { recursive: true })
   const out = join(dir, script.replace(/\.ts$/, ".mjs"))
   execFileSync(join(repoRoot, "node_modules", ".bin", "esbuild"), [
-    join(here, script), "--bundle", "--platform=node", "--format=esm", "--packages=external", "--sourcemap", `--outfile=${out}`, "--log-level=warning"
+    join(here, script), "--bundle", "--platform=node", "--format=esm", "--packages=external", "--sourcemap", "--sources-content=false", `--outfile=${out}`, "--log-level=warning"
   ], { cwd: repoRoot })
   bundled.set(script, out)
   return out
@@ -70,7 +71,8 @@ const bundle = (script: string): string => {
 const launch = (script: string, options: ChildOptions): Promise<Child> =>
   new Promise((resolve, reject) => {
     // With its source map, as `npm start` runs the server bundle.
-    const entry = options.compiled !== false ? ["--enable-source-maps", bundle(script)] : ["--import", "tsx", join(here, script)]
+    // With the flags `npm start` gives it (package.json `config.nodeFlags`: source maps, heap sizing).
+    const entry = options.compiled !== false ? [...startFlags(repoRoot), bundle(script)] : ["--import", "tsx", join(here, script)]
     const child: ChildProcess = spawn(process.execPath, ["--expose-gc", ...(options.nodeFlags ?? []), ...entry], {
       cwd: repoRoot,
       stdio: ["ignore", "pipe", "pipe", "ipc"],

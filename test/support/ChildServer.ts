@@ -19,7 +19,7 @@
  * Plain Promises (no test framework); `make` wraps it for scoped Effect tests.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import { tmpdir } from "node:os"
@@ -74,6 +74,12 @@ export interface ChildServer {
   readonly close: () => Promise<void>
 }
 
+/** The Node flags `npm start` runs the bundle with (package.json `config.nodeFlags`). */
+export const startFlags = (root: string): Array<string> => {
+  const flags = (JSON.parse(readFileSync(resolve(root, "package.json"), "utf8")) as { config?: { nodeFlags?: string } }).config?.nodeFlags ?? ""
+  return flags.split(/\s+/).filter((flag) => flag !== "")
+}
+
 /** A port that was free a moment ago: bind 127.0.0.1:0, read the port, close. */
 export const freePort = (): Promise<number> =>
   new Promise((resolvePort, reject) => {
@@ -122,7 +128,7 @@ export const start = async (options: ChildServerOptions = {}): Promise<ChildServ
   let alive = false
 
   const launch = async (extraEnv: Readonly<Record<string, string>> = {}) => {
-    const spawned = spawn(process.execPath, ["--enable-source-maps", bundle], {
+    const spawned = spawn(process.execPath, [...startFlags(cwd), bundle], {
       cwd,
       detached: true,
       stdio: ["ignore", "pipe", "pipe"],
