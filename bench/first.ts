@@ -10,8 +10,7 @@
  * server receives the response head and first bytes, opens the answer (Start), streams the
  * first delta through the loop and encodes it, all on that one read. Turns run one at a time
  * (one stream), `turns` per path and run, rotating which path goes first; RunSSE turns share one
- * kept-alive `CursorClient` (as Cursor keeps its connections), Run turns each open their HTTP/2
- * session. A path's added figure is its p50 / p99 minus the relay's of the same run.
+ * kept-alive `CursorClient` and Run turns one HTTP/2 session (as Cursor keeps its connections). A path's added figure is its p50 / p99 minus the relay's of the same run.
  *
  *   node_modules/.bin/tsx bench/first.ts [runs] [turns]
  */
@@ -20,7 +19,7 @@ import { pathToFileURL } from "node:url"
 import { CursorClient } from "../test/support/CursorClient.js"
 import { startRelay, startServer } from "./support/child.js"
 import * as Provider from "./support/provider.js"
-import { runStream } from "./support/run.js"
+import { openRunSession, runStream } from "./support/run.js"
 import { loadAverage, median, percentile, spread, verdict } from "./support/stats.js"
 import { relayStream, serverStream } from "./support/streams.js"
 import type { StreamResult, StreamSpec } from "./support/streams.js"
@@ -41,10 +40,13 @@ export const run = async (options: FirstOptions = {}) => {
   const turns = options.turns ?? 60
   const loadBefore = loadAverage()
   const provider = await Provider.start()
-  const server = await startServer(provider.baseUrl)
+  // No grace after turn_ended (the stream otherwise stays open 1.5 s for a queued message): the
+  // turns run back to back, and nothing in the first delta's path changes.
+  const server = await startServer(provider.baseUrl, { config: { queuedMessageGraceMs: 0 } })
   const relay = await startRelay(provider.baseUrl)
   const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity })
   const client = new CursorClient({ baseUrl: server.baseUrl, turnTimeoutMs: 60_000, requestTimeoutMs: 30_000 })
+  const session = await openRunSession(server.h2cUrl)
   const problems: Array<string> = []
   let sequence = 0
   const turn = (path: Path): Promise<StreamResult> => {
@@ -55,7 +57,7 @@ export const run = async (options: FirstOptions = {}) => {
       case "sse":
         return serverStream(server.baseUrl, provider, spec, { client })
       case "run":
-        return runStream(server.h2cUrl, provider, spec)
+        return runStream(server.h2cUrl, provider, spec, { session })
     }
   }
   /** The first delta's latency of each of `count` turns, one at a time. */
@@ -82,6 +84,7 @@ export const run = async (options: FirstOptions = {}) => {
     }
   } finally {
     client.close()
+    await session.close()
     agent.destroy()
     await server.dispose()
     await relay.stop()

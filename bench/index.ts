@@ -24,7 +24,7 @@ const benches: Record<string, () => Promise<string>> = {
   first: async () => (await First.run()).markdown,
   throughput: async () => (await Throughput.run()).markdown,
   ack: async () => (await Ack.run()).markdown,
-  memory: async () => (await Memory.run()).markdown,
+  memory: async () => (await Memory.run({ afterSweep: true })).markdown,
   cost: async () => (await Cost.run()).markdown,
   proxy: async () => (await Proxy.run()).markdown,
   // Ten minutes: last, so the figures above come first.

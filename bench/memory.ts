@@ -134,7 +134,7 @@ export const run = async (options: MemoryOptions = {}) => {
       ]
       : []),
     ...(swept !== undefined
-      ? ["", `Last precompiled run, ${SWEEP_WAIT_MS / 1000} s later (finished requests' output backlogs swept; the runner's state cache and the SQLite connection remain): ${swept.rssMb.toFixed(1)} MB RSS, ${swept.heapUsedMb.toFixed(1)} MB heap used, with ${top} idle conversations.`]
+      ? ["", `Last precompiled run, ${SWEEP_WAIT_MS / 1000} s later (finished requests' output backlogs swept; the runner's state cache and the SQLite connection remain): ${swept.rssMb.toFixed(1)} MB RSS, ${swept.heapUsedMb.toFixed(1)} MB heap used, with ${top} idle conversations: about ${(((swept.rssMb - samples[samples.length - 1]![0]!.rssMb) * 1024) / top).toFixed(0)} KB of RSS each over the same run's RSS with none (DESIGN.md §9: ≤ 64 KB).`]
       : []),
     "",
     `Growth from ${levels[0]} to ${top} conversations: about ${perConversationKb.toFixed(0)} KB of RSS per idle conversation (median over runs); ${top} conversations: ${rssTop.toFixed(0)} MB.`,

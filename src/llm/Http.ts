@@ -162,10 +162,18 @@ export const openAttempt = (
       let settled = false
       let sink: ((events: ReadonlyArray<ResponseEvent>) => void) | undefined
 
-      const settle = (out: ReadonlyArray<ResponseEvent>, error: LlmError | undefined) => {
+      const settle = (out: ReadonlyArray<ResponseEvent>, failure: LlmError | undefined) => {
+        let error = failure
         if (out.length > 0) {
-          if (sink !== undefined) sink(out)
-          else events.unsafeOfferAll(out)
+          if (sink === undefined) events.unsafeOfferAll(out)
+          else {
+            try {
+              sink(out)
+            } catch (cause) {
+              // In the body's callback no fiber would catch it: the call ends with it, the turn with an error.
+              error = llmError("malformedStream", `the stream's events could not be handled: ${String(cause)}`)
+            }
+          }
         }
         if (error !== undefined) {
           settled = true
