@@ -31,18 +31,44 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
     let attempts = 1
     /**
      * The delta fast path: once the answer's first content is out, each network read's events
-     * come here in the read's own call. What the actor would fold without a commit is applied
-     * and written to the client at once (`stepInline`); the rest goes to the actor's mailbox,
-     * in order after it (through `deliver` should this actor have ended).
+     * come to `onEvents` in the read's own call. The reads of one pass of the event loop's poll
+     * phase are applied together in its check phase (`setImmediate`, no timer): one run of the
+     * transition, one frame per block and one socket write for them, so a busy server writes
+     * fewer, larger frames while one stream's read goes out in the same loop iteration. What
+     * the actor would fold without a commit is applied and written at once (`stepInline`); the
+     * rest goes to the actor's mailbox, in order after it (through `deliver` should this actor
+     * have ended).
      */
-    const onEvents = (events: ReadonlyArray<ResponseEvent>) => {
-      for (const event of events) if (event._tag === "Done" || event._tag === "Error") finished = true
-      const applied = stepInline(env, actor, call.callId, events, clock.unsafeCurrentTimeMillis())
+    let batch: Array<ResponseEvent> | undefined
+    const apply = (events: ReadonlyArray<ResponseEvent>) => {
+      let applied = 0
+      try {
+        applied = stepInline(env, actor, call.callId, events, clock.unsafeCurrentTimeMillis())
+      } catch (cause) {
+        // Outside any fiber: logged, and the events go the actor's way instead.
+        Runtime.runFork(runtime)(Effect.logError("runner: the delta fast path failed; the actor takes the events", cause))
+      }
       if (applied === events.length) return
       const rest = applied === 0 ? events : events.slice(applied)
       if (env.isLive(actor) && offer(actor, Envelope.Stream({ callId: call.callId, events: rest }))) return
       Runtime.runFork(runtime)(feed(rest))
     }
+    const flush = () => {
+      const events = batch
+      batch = undefined
+      if (events !== undefined) apply(events)
+    }
+    const onEvents = (events: ReadonlyArray<ResponseEvent>) => {
+      for (const event of events) if (event._tag === "Done" || event._tag === "Error") finished = true
+      if (batch !== undefined) {
+        for (const event of events) batch.push(event)
+        return
+      }
+      batch = events.slice()
+      setImmediate(flush)
+    }
+    /** What the stream itself says last (its end, a failure) goes after the batched events. */
+    const flushFirst = Effect.sync(flush)
     const options = {
       model: call.model,
       callId: call.callId,
@@ -83,14 +109,15 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
       }),
       Effect.catchAll((error) => {
         finished = true
-        return feed([{
+        return Effect.zipRight(flushFirst, feed([{
           _tag: "Error",
           reason: error.reason === "aborted" ? "aborted" : "error",
           message: error.message,
           retryable: error.retryable,
           ...(error.reason === "contextOverflow" ? { code: "contextOverflow" as const } : {})
-        }])
+        }]))
       }),
+      Effect.zipRight(flushFirst),
       Effect.zipRight(Effect.suspend(() =>
         finished
           ? Effect.void
