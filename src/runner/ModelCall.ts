@@ -31,15 +31,16 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
     let attempts = 1
     /**
      * The delta fast path: once the answer's first content is out, each network read's events
-     * come to `onEvents` in the read's own call. The reads of one pass of the event loop's poll
-     * phase are applied together in its check phase (`setImmediate`, no timer): one run of the
-     * transition, one frame per block and one socket write for them, so a busy server writes
-     * fewer, larger frames while one stream's read goes out in the same loop iteration. What
-     * the actor would fold without a commit is applied and written at once (`stepInline`); the
-     * rest goes to the actor's mailbox, in order after it (through `deliver` should this actor
-     * have ended).
+     * come to `onEvents` in the read's own call, and the first read of an event-loop iteration
+     * is applied and written there and then. Further reads of the same stream in that
+     * iteration (a busy stream: several reads per pass of the poll phase) are applied together
+     * in its check phase (`setImmediate`, no timer): one run of the transition, one frame per
+     * block and one socket write for them. What the actor would fold without a commit is
+     * applied and written at once (`stepInline`); the rest goes to the actor's mailbox, in
+     * order after it (through `deliver` should this actor have ended).
      */
     let batch: Array<ResponseEvent> | undefined
+    let wroteThisIteration = false
     const apply = (events: ReadonlyArray<ResponseEvent>) => {
       let applied = 0
       try {
@@ -54,18 +55,20 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
       Runtime.runFork(runtime)(feed(rest))
     }
     const flush = () => {
+      wroteThisIteration = false
       const events = batch
       batch = undefined
       if (events !== undefined) apply(events)
     }
     const onEvents = (events: ReadonlyArray<ResponseEvent>) => {
       for (const event of events) if (event._tag === "Done" || event._tag === "Error") finished = true
-      if (batch !== undefined) {
-        for (const event of events) batch.push(event)
-        return
+      if (!wroteThisIteration) {
+        wroteThisIteration = true
+        setImmediate(flush)
+        return apply(events)
       }
-      batch = events.slice()
-      setImmediate(flush)
+      if (batch === undefined) batch = events.slice()
+      else for (const event of events) batch.push(event)
     }
     /** What the stream itself says last (its end, a failure) goes after the batched events. */
     const flushFirst = Effect.sync(flush)
