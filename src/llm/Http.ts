@@ -14,7 +14,6 @@ import type { LlmError, ResponseEvent } from "../Llm.js"
 import * as Metrics from "../Metrics.js"
 import { classifyHttpError, llmError, type Machine } from "./Common.js"
 import { makeSseDecoder, SseEventTooLarge } from "./Sse.js"
-import type { Readable } from "node:stream"
 import type * as Undici from "undici"
 
 /** Retry and timeout policy; every number is configurable so tests run in milliseconds. */
@@ -70,7 +69,7 @@ const idleError = (provider: string, settings: RetrySettings): LlmError =>
 interface Head {
   readonly status: number
   readonly headers: Readonly<Record<string, string>>
-  readonly body: Readable
+  readonly body: Undici.Dispatcher.ResponseData["body"]
 }
 
 /**
@@ -102,16 +101,6 @@ const post = (dispatcher: Undici.Dispatcher, request: ProviderRequest): Effect.E
       if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(", ") : value
     }
     return { status: response.statusCode, headers, body: response.body }
-  })
-
-/** Reads a whole (error) body as text. */
-const bodyText = (body: Readable): Effect.Effect<string> =>
-  Effect.async<string>((resume) => {
-    const parts: Array<Buffer> = []
-    body.on("data", (part: Buffer) => parts.push(part))
-    body.once("end", () => resume(Effect.succeed(Buffer.concat(parts).toString("utf8"))))
-    body.once("error", () => resume(Effect.succeed(Buffer.concat(parts).toString("utf8"))))
-    return Effect.sync(() => body.destroy())
   })
 
 /** One attempt's events: a mailbox the stream reads, and the switch to handing them to a callback instead. */
@@ -146,7 +135,7 @@ export const openAttempt = (
         Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) })
       )
       if (head.status < 200 || head.status >= 300) {
-        const text = yield* bodyText(head.body).pipe(
+        const text = yield* Effect.tryPromise(() => head.body.text()).pipe(
           Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) }),
           Effect.orElseSucceed(() => "")
         )

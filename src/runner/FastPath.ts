@@ -6,6 +6,7 @@
 import { coalesceDeltas } from "../Llm.js"
 import type { ResponseEvent } from "../Llm.js"
 import { Input } from "../Loop.js"
+import type { RuntimeState } from "../Loop.js"
 import { turnRefOf } from "./Actor.js"
 import type { Actor, RunnerEnv } from "./Actor.js"
 
@@ -19,19 +20,35 @@ import type { Actor, RunnerEnv } from "./Actor.js"
  * commits, or all of them when the actor is busy or the turn's request is not open) go to the
  * actor in an envelope, in order after these.
  */
-export const stepInline = (env: RunnerEnv, actor: Actor, callId: string, events: ReadonlyArray<ResponseEvent>, nowMs: number): number => {
-  const acc = actor.state
-  if (acc === undefined || actor.pending !== 0 || !env.isLive(actor)) return 0
-  let runtime = acc.runtime
+/**
+ * The pure part of a model stream's events from `from` on: those that leave the committed state
+ * as it is and let the stream go on (deltas), folded into the runtime state with what they emit;
+ * `applied` counts them, stopping before the first event that commits (Done, Error).
+ */
+export const foldPure = (
+  transition: RunnerEnv["transition"],
+  start: RuntimeState,
+  callId: string,
+  events: ReadonlyArray<ResponseEvent>,
+  from = 0
+): { readonly runtime: RuntimeState; readonly emitted: ReadonlyArray<ResponseEvent>; readonly applied: number } => {
+  let runtime = start
   const emitted: Array<ResponseEvent> = []
   let applied = 0
-  for (const event of events) {
-    const t = env.transition(runtime, Input.LlmEvent({ callId, event }))
+  for (let i = from; i < events.length; i++) {
+    const t = transition(runtime, Input.LlmEvent({ callId, event: events[i]! }))
     if (t.state.committed !== runtime.committed || (t.command._tag !== "ContinueLlm" && t.command._tag !== "WaitInput")) break
     for (const e of t.emit) emitted.push(e)
     runtime = t.state
     applied++
   }
+  return { runtime, emitted, applied }
+}
+
+export const stepInline = (env: RunnerEnv, actor: Actor, callId: string, events: ReadonlyArray<ResponseEvent>, nowMs: number): number => {
+  const acc = actor.state
+  if (acc === undefined || actor.pending !== 0 || !env.isLive(actor)) return 0
+  const { applied, emitted, runtime } = foldPure(env.transition, acc.runtime, callId, events)
   if (applied === 0) return 0
   // The transition is pure: when the request cannot take the frames now, nothing was changed.
   if (emitted.length > 0 && !env.gateway.publishNow(turnRefOf(runtime.committed), callId, coalesceDeltas(emitted), nowMs)) return 0

@@ -101,10 +101,7 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
           }
         }
         // The fast path applies what it can here and now; the rest goes to the actor, in order.
-        const deliverRest = Effect.suspend(() => {
-          const applied = stepInline(env, actor, call.callId, events, clock.unsafeCurrentTimeMillis())
-          return applied === events.length ? Effect.void : feed(applied === 0 ? events : events.slice(applied))
-        })
+        const deliverRest = Effect.sync(() => apply(events))
         // The write waits until the actor has had its turn: the first delta goes out before it.
         return Effect.zipRight(timing, deliverRest).pipe(
           Effect.zipRight(Effect.suspend(() => (record === undefined ? Effect.void : Effect.zipRight(Effect.yieldNow(), record))))

@@ -14,6 +14,7 @@ import { Envelope, offerEffect, turnRefOf } from "./Actor.js"
 import type { Actor, ActorState, RunnerEnv } from "./Actor.js"
 import type { TurnOutcome } from "./ClientGateway.js"
 import { commitOf, derivedInputId } from "./Commits.js"
+import { foldPure } from "./FastPath.js"
 import { compactionProgressOf } from "./Compaction.js"
 import { logTurn } from "./TurnLog.js"
 import { startModelCall } from "./ModelCall.js"
@@ -101,28 +102,16 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
  */
 export const stepStream = (env: RunnerEnv, actor: Actor, acc: ActorState, callId: string, events: ReadonlyArray<ResponseEvent>) =>
   Effect.gen(function*() {
-    const { gateway, transition } = env
     let current = acc
-    let emitted: Array<ResponseEvent> = []
-    const flush = Effect.suspend(() => {
-      if (emitted.length === 0) return Effect.void
-      const batch = emitted
-      emitted = []
+    let next = 0
+    while (next < events.length) {
+      const fold = foldPure(env.transition, current.runtime, callId, events, next)
+      current = { ...current, runtime: fold.runtime }
       // A read's deltas leave as one event per run of the same block: fewer frames, same text.
-      return gateway.publish(turnRefOf(current.runtime.committed), callId, coalesceDeltas(batch))
-    })
-    for (const event of events) {
-      const input = Input.LlmEvent({ callId, event })
-      const t = transition(current.runtime, input)
-      if (t.state.committed === current.runtime.committed && (t.command._tag === "ContinueLlm" || t.command._tag === "WaitInput")) {
-        for (const e of t.emit) emitted.push(e)
-        current = { ...current, runtime: t.state }
-        continue
-      }
-      yield* flush
-      current = yield* step(env, actor, current, input, null)
+      if (fold.emitted.length > 0) yield* env.gateway.publish(turnRefOf(current.runtime.committed), callId, coalesceDeltas(fold.emitted))
+      next += fold.applied
+      if (next < events.length) current = yield* step(env, actor, current, Input.LlmEvent({ callId, event: events[next++]! }), null)
     }
-    yield* flush
     return current
   })
 
