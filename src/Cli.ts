@@ -11,6 +11,7 @@ import * as Config from "./Config.js"
 import * as Ca from "./hookup/Ca.js"
 import * as Doctor from "./hookup/Doctor.js"
 import * as Setup from "./hookup/Setup.js"
+import * as Scheduler from "./internal/Scheduler.js"
 import * as Server from "./Server.js"
 
 const serveProgram = Effect.gen(function*() {
@@ -25,7 +26,8 @@ const serveProgram = Effect.gen(function*() {
       (config.proxy.port === undefined ? "" : `, proxy for Cursor on http://${config.host}:${config.proxy.port}${config.proxy.offline ? " (offline)" : ""}`)
   )
   // The file is watched: a valid change of the models, providers, aliases, prices, limits or timings applies without a restart.
-  return yield* Layer.launch(Server.layer(config, source))
+  // On the server's scheduler: what a client waits on runs first, and sockets are read between slices.
+  return yield* Layer.launch(Server.layer(config, source)).pipe(Effect.withScheduler(Scheduler.server))
 })
 
 const settingsOption = Options.file("settings").pipe(

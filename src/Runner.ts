@@ -230,7 +230,9 @@ export const make = (options: RunnerOptions) =>
         const mailbox = yield* Mailbox.make<Envelope>()
         const actor: Actor = { conversationId, mailbox, done: Effect.asVoid(mailbox.await), state: undefined, pending: 0 }
         actors.set(conversationId, actor)
-        yield* FiberMap.run(actorFibers, actor, runActor(actor))
+        // At the normal priority, whoever starts it (a request's fiber is urgent): a conversation's
+        // work waits behind what a client waits on at once (`internal/Scheduler.ts`).
+        yield* FiberMap.run(actorFibers, actor, Effect.withSchedulingPriority(runActor(actor), 0))
         return actor
       })
 

@@ -9,7 +9,8 @@ import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import { Effect, Layer, Option } from "effect"
+import { Effect, FiberRef, Layer, Option } from "effect"
+import { URGENT } from "./internal/Scheduler.js"
 import { createServer } from "node:http"
 import type { ConfigSource, ServerConfig } from "./Config.js"
 import * as Live from "./config/Live.js"
@@ -183,7 +184,11 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
   const routes = Layer.mergeAll(Transport.layerRoutes, sideRoutes, Metrics.layerRoutes, Console.layerRoutes)
   // No span per request: nothing exports traces, and the span (URL parsing, header redaction,
   // attributes) was ~60 µs of every request's ~250 µs in the HTTP layer (measured on /healthz).
-  const http = HttpMiddleware.withTracerDisabledWhen(HttpLayerRouter.serve(routes, { disableLogger: true }), () => true)
+  // A request is what a client waits on: its fiber (and what it forks) runs ahead of the
+  // conversations' work on the server's scheduler (`internal/Scheduler.ts`).
+  const http = HttpMiddleware.withTracerDisabledWhen(HttpLayerRouter.serve(routes, { disableLogger: true }), () => true).pipe(
+    Layer.locally(FiberRef.currentSchedulingPriority, URGENT)
+  )
   return http.pipe(
     Layer.provide(Recovery),
     Layer.provideMerge(Transport.layer),

@@ -14,6 +14,7 @@ import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Effect, Schema } from "effect"
 import * as Config from "../../src/Config.js"
 import * as Proxy from "../../src/hookup/Proxy.js"
+import * as Scheduler from "../../src/internal/Scheduler.js"
 import * as Server from "../../src/Server.js"
 import * as Run from "../../src/transport/Run.js"
 import { installDebugHook } from "./ipc.js"
@@ -40,6 +41,7 @@ const program = Effect.gen(function*() {
   const proxy = yield* Proxy.ProxyEndpoint
   process.stdout.write(`READY ${address.port} ${process.pid} ${cleartextPort}${proxy.port === undefined ? "" : ` ${proxy.port}`}\n`)
   return yield* Effect.never
-}).pipe(Effect.provide(Server.layer(config)), Effect.provide(NodeContext.layer))
+  // On the scheduler `npm start` runs the server on.
+}).pipe(Effect.provide(Server.layer(config)), Effect.provide(NodeContext.layer), Effect.withScheduler(Scheduler.server))
 
 NodeRuntime.runMain(program)

@@ -3,7 +3,8 @@
  * mailbox as they come off the network, and however it ends (done, an error, a stream cut
  * short) the actor gets an event that says so.
  */
-import { Chunk, Clock, Effect, FiberMap, Metric, Runtime, Stream } from "effect"
+import { Chunk, Clock, Effect, FiberMap, FiberRef, Metric, Runtime, Stream } from "effect"
+import { SlicedScheduler } from "../internal/Scheduler.js"
 import type { ResponseEvent } from "../Llm.js"
 import type { Command } from "../Loop.js"
 import * as Metrics from "../Metrics.js"
@@ -26,6 +27,8 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
     const openedAt = yield* Clock.currentTimeMillis
     const clock = yield* Effect.clock
     const runtime = yield* Effect.runtime<never>()
+    const scheduler = yield* FiberRef.get(FiberRef.currentScheduler)
+    const sliced = scheduler instanceof SlicedScheduler ? scheduler : undefined
     let finished = false
     let firstDelta = true
     let attempts = 1
@@ -37,7 +40,9 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
      * in its check phase (`setImmediate`, no timer): one run of the transition, one frame per
      * block and one socket write for them. What the actor would fold without a commit is
      * applied and written at once (`stepInline`); the rest goes to the actor's mailbox, in
-     * order after it (through `deliver` should this actor have ended).
+     * order after it (through `deliver` should this actor have ended). On the server's
+     * scheduler (`internal/Scheduler.ts`), while tasks wait for a later slice, a read is not
+     * applied in its callback: it queues as a task behind them.
      */
     let batch: Array<ResponseEvent> | undefined
     let wroteThisIteration = false
@@ -62,13 +67,21 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
     }
     const onEvents = (events: ReadonlyArray<ResponseEvent>) => {
       for (const event of events) if (event._tag === "Done" || event._tag === "Error") finished = true
-      if (!wroteThisIteration) {
-        wroteThisIteration = true
-        setImmediate(flush)
-        return apply(events)
+      if (wroteThisIteration) {
+        if (batch === undefined) batch = events.slice()
+        else for (const event of events) batch.push(event)
+        return
       }
-      if (batch === undefined) batch = events.slice()
-      else for (const event of events) batch.push(event)
+      wroteThisIteration = true
+      if (sliced !== undefined && sliced.backlogged) {
+        // The process is behind: the read's events queue behind the work before them, so this
+        // poll phase stays short (new connections are accepted one per event-loop iteration).
+        batch = events.slice()
+        sliced.scheduleTask(flush, 0)
+        return
+      }
+      setImmediate(flush)
+      return apply(events)
     }
     /** What the stream itself says last (its end, a failure) goes after the batched events. */
     const flushFirst = Effect.sync(flush)

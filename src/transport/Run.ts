@@ -26,6 +26,7 @@ import { joinFrames, Transport } from "../Transport.js"
 import type { TransportService } from "../Transport.js"
 import { ConnectError, endStreamFrame, FLAG_END_STREAM, httpStatusOf, splitEnvelopes } from "./Connect.js"
 import { parentLinkOf } from "./Subagents.js"
+import { URGENT } from "../internal/Scheduler.js"
 
 export const RUN_PATH = "/agent.v1.AgentService/Run"
 
@@ -207,7 +208,8 @@ const trackSessions = (server: Http2.Http2Server | Http2.Http2SecureServer) => {
 export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, ConfigError, Transport> =>
   Layer.scoped(Http2Endpoints, Effect.gen(function*() {
     const transport = yield* Transport
-    const runFork = yield* FiberSet.makeRuntime<never>()
+    // A `Run` stream's fiber is urgent, as an HTTP/1.1 request's (`internal/Scheduler.ts`).
+    const runFork = yield* Effect.withSchedulingPriority(FiberSet.makeRuntime<never>(), URGENT)
     const handler = onStream(transport, runFork)
     let cleartextPort: number | undefined
     let tlsPort: number | undefined

@@ -1,0 +1,78 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Fiber } from "effect"
+import { performance } from "node:perf_hooks"
+import { SlicedScheduler, URGENT } from "../src/internal/Scheduler.js"
+
+/** Keeps the CPU busy for `ms` (a task that takes longer than a slice). */
+const busy = (ms: number) => {
+  const until = performance.now() + ms
+  while (performance.now() < until) {
+    // spin
+  }
+}
+
+describe("SlicedScheduler", () => {
+  it("runs every urgent task before the next normal one, each queue in order", async () => {
+    const scheduler = new SlicedScheduler(50)
+    const ran: Array<string> = []
+    await new Promise<void>((done) => {
+      scheduler.scheduleTask(() => ran.push("n1"), 0)
+      scheduler.scheduleTask(() => {
+        ran.push("n2")
+        // Queued while a drain runs: the urgent one still goes first.
+        scheduler.scheduleTask(() => ran.push("n4"), 0)
+        scheduler.scheduleTask(() => ran.push("u3"), URGENT)
+      }, 0)
+      scheduler.scheduleTask(() => ran.push("u1"), URGENT)
+      scheduler.scheduleTask(() => ran.push("u2"), URGENT + 1)
+      scheduler.scheduleTask(() => ran.push("n3"), 0)
+      scheduler.scheduleTask(() => done(), -1)
+    })
+    assert.deepStrictEqual(ran, ["u1", "u2", "n1", "n2", "u3", "n3", "n4"])
+    assert.strictEqual(scheduler.pending, 0)
+  })
+
+  it("gives the event loop back between slices, and goes on after it", async () => {
+    const scheduler = new SlicedScheduler(0.5)
+    const ran: Array<string> = []
+    await new Promise<void>((done) => {
+      setImmediate(() => ran.push("io"))
+      // Each task outlasts the slice: the drain stops after each one.
+      for (let i = 0; i < 4; i++) scheduler.scheduleTask(() => {
+        busy(2)
+        ran.push(`t${i}`)
+        if (i === 3) done()
+      }, 0)
+      assert.isTrue(scheduler.backlogged)
+    })
+    const io = ran.indexOf("io")
+    assert.isAbove(io, 0, "the first slice ran before the event loop's check phase")
+    assert.isBelow(io, ran.length - 1, "the check phase ran before the last task")
+    assert.deepStrictEqual(ran.filter((r) => r !== "io"), ["t0", "t1", "t2", "t3"])
+    assert.isFalse(scheduler.backlogged)
+  })
+
+  it("runs fibers: an urgent fiber's steps go ahead of a normal fiber's", async () => {
+    const scheduler = new SlicedScheduler(0.5)
+    const steps: Array<string> = []
+    const worker = (name: string) =>
+      Effect.forEach([1, 2, 3], (step) => Effect.zipRight(Effect.yieldNow(), Effect.sync(() => steps.push(`${name}${step}`))), { discard: true })
+    const program = Effect.gen(function*() {
+      const normal = yield* Effect.fork(Effect.withSchedulingPriority(worker("n"), 0))
+      const urgent = yield* Effect.fork(Effect.withSchedulingPriority(worker("u"), URGENT))
+      yield* Fiber.joinAll([normal, urgent])
+      // Semaphores and interruption work as on Effect's own scheduler.
+      const lock = yield* Effect.makeSemaphore(1)
+      const holders = yield* Effect.forEach([1, 2, 3, 4], (i) => Effect.fork(lock.withPermits(1)(Effect.as(Effect.yieldNow(), i))))
+      const waiting = yield* Effect.fork(lock.withPermits(1)(Effect.never))
+      yield* Effect.yieldNow()
+      yield* Fiber.interrupt(waiting)
+      return [yield* Fiber.joinAll(holders), yield* lock.withPermits(1)(Effect.succeed("free"))] as const
+    })
+    const [held, free] = await Effect.runPromise(Effect.withScheduler(program, scheduler))
+    assert.deepStrictEqual(held, [1, 2, 3, 4])
+    assert.strictEqual(free, "free")
+    assert.deepStrictEqual(steps.filter((s) => s.startsWith("u")), ["u1", "u2", "u3"])
+    assert.isBelow(steps.indexOf("u3"), steps.indexOf("n3"), "the urgent fiber finished first")
+  })
+})
