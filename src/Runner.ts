@@ -26,7 +26,8 @@ import type { AssistantMessage, Message, ToolCall, ToolResultMessage } from "./L
 import { initialRuntime, makeTransition } from "./Loop.js"
 import type { ConversationState, Input, Policy } from "./Loop.js"
 import { makeKeyedLock } from "./internal/KeyedLock.js"
-import { Envelope, offer } from "./runner/Actor.js"
+import { URGENT } from "./internal/Scheduler.js"
+import { Envelope, offer, priorityOf } from "./runner/Actor.js"
 import { makeTurnClock } from "./runner/TurnLog.js"
 import type { Actor, ActorState, RunnerEnv } from "./runner/Actor.js"
 import { ClientGateway } from "./runner/ClientGateway.js"
@@ -199,7 +200,7 @@ export const make = (options: RunnerOptions) =>
       locks.withLock(actor.conversationId)(Effect.gen(function*() {
         actor.state = yield* load(actor.conversationId).pipe(Effect.orDie)
         yield* Mailbox.toStream(actor.mailbox).pipe(
-          Stream.runForEachChunk((envelopes) => Effect.forEach(envelopes, (envelope) => process(actor, envelope), { discard: true }))
+          Stream.runForEachChunk((envelopes) => Effect.forEach(envelopes, (envelope) => Effect.withSchedulingPriority(process(actor, envelope), priorityOf(envelope)), { discard: true }))
         )
       })).pipe(
         Effect.catchAllCause((cause) => Effect.logError("runner: conversation actor stopped", cause)),
@@ -230,9 +231,9 @@ export const make = (options: RunnerOptions) =>
         const mailbox = yield* Mailbox.make<Envelope>()
         const actor: Actor = { conversationId, mailbox, done: Effect.asVoid(mailbox.await), state: undefined, pending: 0 }
         actors.set(conversationId, actor)
-        // At the normal priority, whoever starts it (a request's fiber is urgent): a conversation's
-        // work waits behind what a client waits on at once (`internal/Scheduler.ts`).
-        yield* FiberMap.run(actorFibers, actor, Effect.withSchedulingPriority(runActor(actor), 0))
+        // Urgent between envelopes (it wakes for a client's input at once), each envelope at the
+        // priority `priorityOf` gives it (`internal/Scheduler.ts`).
+        yield* FiberMap.run(actorFibers, actor, Effect.withSchedulingPriority(runActor(actor), URGENT))
         return actor
       })
 

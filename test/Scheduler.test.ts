@@ -14,21 +14,24 @@ const busy = (ms: number) => {
 describe("SlicedScheduler", () => {
   it("runs every urgent task before the next normal one, each queue in order", async () => {
     const scheduler = new SlicedScheduler(50)
+    // The scheduler only asks whether a task has a fiber: one without is a wake-up, run as urgent.
+    const fiber = {} as Fiber.RuntimeFiber<unknown, unknown>
     const ran: Array<string> = []
     await new Promise<void>((done) => {
-      scheduler.scheduleTask(() => ran.push("n1"), 0)
-      scheduler.scheduleTask(() => {
+      scheduler.scheduleTask(() => ran.push("n1"), 0, fiber)
+      scheduler.queueNormal(() => {
         ran.push("n2")
-        // Queued while a drain runs: the urgent one still goes first.
-        scheduler.scheduleTask(() => ran.push("n4"), 0)
-        scheduler.scheduleTask(() => ran.push("u3"), URGENT)
-      }, 0)
-      scheduler.scheduleTask(() => ran.push("u1"), URGENT)
-      scheduler.scheduleTask(() => ran.push("u2"), URGENT + 1)
-      scheduler.scheduleTask(() => ran.push("n3"), 0)
-      scheduler.scheduleTask(() => done(), -1)
+        // Queued while a drain runs: the urgent ones still go first.
+        scheduler.scheduleTask(() => ran.push("n4"), 0, fiber)
+        scheduler.scheduleTask(() => ran.push("u3"), URGENT, fiber)
+        scheduler.scheduleTask(() => ran.push("wake"), 0)
+      })
+      scheduler.scheduleTask(() => ran.push("u1"), URGENT, fiber)
+      scheduler.scheduleTask(() => ran.push("u2"), URGENT + 1, fiber)
+      scheduler.scheduleTask(() => ran.push("n3"), -1, fiber)
+      scheduler.queueNormal(() => done())
     })
-    assert.deepStrictEqual(ran, ["u1", "u2", "n1", "n2", "u3", "n3", "n4"])
+    assert.deepStrictEqual(ran, ["u1", "u2", "n1", "n2", "u3", "wake", "n3", "n4"])
     assert.strictEqual(scheduler.pending, 0)
   })
 
@@ -38,11 +41,11 @@ describe("SlicedScheduler", () => {
     await new Promise<void>((done) => {
       setImmediate(() => ran.push("io"))
       // Each task outlasts the slice: the drain stops after each one.
-      for (let i = 0; i < 4; i++) scheduler.scheduleTask(() => {
+      for (let i = 0; i < 4; i++) scheduler.queueNormal(() => {
         busy(2)
         ran.push(`t${i}`)
         if (i === 3) done()
-      }, 0)
+      })
       assert.isTrue(scheduler.backlogged)
     })
     const io = ran.indexOf("io")

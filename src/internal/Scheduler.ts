@@ -10,9 +10,10 @@
  * then queued behind other conversations' work at each of its steps. Here:
  *
  * - a task is `urgent` when its fiber's scheduling priority is `URGENT` or more (what a client
- *   waits on at once: the HTTP requests and `Run` streams, see `Server.ts` and `Run.ts`) and
- *   `normal` otherwise (the conversations' actors and model streams, priority 0); a drain runs
- *   every urgent task before the next normal one;
+ *   waits on at once: the HTTP requests and `Run` streams, see `Server.ts` and `Run.ts`, and a
+ *   conversation's actor while it commits a client's input to a running turn, see `Runner.ts`)
+ *   and `normal` otherwise (turn starts, model streams, priority 0); a drain runs every urgent
+ *   task before the next normal one;
  * - a drain starts in a microtask when the queue was empty (an idle server reacts at once) and
  *   stops, once `sliceMs` have passed, after the task that was running; the rest goes on in
  *   the next event-loop iteration (`setImmediate`), after the sockets that became readable
@@ -72,8 +73,23 @@ export class SlicedScheduler implements Scheduler.Scheduler {
     return Scheduler.defaultScheduler.shouldYield(fiber)
   }
 
-  scheduleTask(task: Scheduler.Task, priority: number): void {
-    if (priority >= URGENT) this.urgent.push(task)
+  /**
+   * A fiber's task by its priority. A task without a fiber is a wake-up (a `Mailbox` releasing
+   * its taker: the woken fiber's own step is then queued by its priority), run as urgent so
+   * that an input offered to a conversation's actor does not wait behind the backlog before
+   * the actor even sees it.
+   */
+  scheduleTask(task: Scheduler.Task, priority: number, fiber?: Fiber.RuntimeFiber<unknown, unknown>): void {
+    this.enqueue(task, fiber === undefined || priority >= URGENT)
+  }
+
+  /** Queues work that is not a fiber's at the normal priority (a model stream's read, see `ModelCall.ts`). */
+  queueNormal(task: Scheduler.Task): void {
+    this.enqueue(task, false)
+  }
+
+  private enqueue(task: Scheduler.Task, urgent: boolean): void {
+    if (urgent) this.urgent.push(task)
     else this.normal.push(task)
     if (!this.scheduled) {
       this.scheduled = true

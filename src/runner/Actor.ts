@@ -4,6 +4,7 @@
  */
 import { Data, Effect } from "effect"
 import type { Context, Deferred, FiberMap, Mailbox } from "effect"
+import { URGENT } from "../internal/Scheduler.js"
 import type { Llm, ResponseEvent } from "../Llm.js"
 import type { ConversationState, Input, makeTransition, RuntimeState } from "../Loop.js"
 import type { RunnerOptions } from "../Runner.js"
@@ -34,6 +35,15 @@ export interface Actor {
    */
   pending: number
 }
+
+/**
+ * The scheduling priority an envelope is processed at (`internal/Scheduler.ts`). A client's
+ * input to a running turn (a tool's result, a follow-up, a cancel) is committed ahead of other
+ * work: the client's acknowledgement, or the stop the user pressed, waits for that commit. A
+ * new turn, a model stream's events and recovery are the bulk of the work and wait their turn.
+ */
+export const priorityOf = (envelope: Envelope): number =>
+  envelope._tag === "Apply" && envelope.input._tag !== "Start" && envelope.input._tag !== "Summarize" ? URGENT : 0
 
 /** `offer` as an effect (the actor's own follow-up inputs). */
 export const offerEffect = (actor: Actor, envelope: Envelope): Effect.Effect<boolean> => Effect.sync(() => offer(actor, envelope))

@@ -77,7 +77,7 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
         // The process is behind: the read's events queue behind the work before them, so this
         // poll phase stays short (new connections are accepted one per event-loop iteration).
         batch = events.slice()
-        sliced.scheduleTask(flush, 0)
+        sliced.queueNormal(flush)
         return
       }
       setImmediate(flush)
@@ -138,5 +138,6 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
       )),
       Effect.annotateLogs({ conversationId: actor.conversationId, callId: call.callId })
     )
-    yield* FiberMap.run(llmStreams, actor.conversationId, consume)
+    // At the normal priority whatever the actor's (`Runner.ts`): streaming is the bulk of the work.
+    yield* FiberMap.run(llmStreams, actor.conversationId, Effect.withSchedulingPriority(consume, 0))
   })

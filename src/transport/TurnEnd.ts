@@ -19,6 +19,7 @@ import { endFrameOf, Lifecycle, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import { toolContext } from "./ToolOps.js"
 import { contextTokensOf } from "../Loop.js"
+import { URGENT } from "../internal/Scheduler.js"
 
 /** How long a queued message the runner was given may take to start its turn before the stream ends anyway. */
 const QUEUED_TURN_START_MS = 10_000
@@ -78,7 +79,8 @@ export const sendTurnEnd = (
     const graceEndsAtMs = (yield* Clock.currentTimeMillis) + (replayed ? 0 : env.options.queuedMessageGraceMs)
     const nextTurn = yield* Deferred.make<void>()
     session.nextTurnStarted = nextTurn
-    yield* FiberSet.run(env.background, Effect.gen(function*() {
+    // Urgent (`internal/Scheduler.ts`): the client waits on the checkpoint once it acknowledged the blobs.
+    yield* FiberSet.run(env.background, Effect.withSchedulingPriority(URGENT)(Effect.gen(function*() {
       // A client whose input ended cannot acknowledge them: the turn ends without its checkpoint.
       const acknowledged = session.inputEnded ? false : yield* awaitBlobAcks(env, acks)
       if (session.lifecycle._tag === "Ended") return
@@ -91,7 +93,7 @@ export const sendTurnEnd = (
       }
       // A queued message started the next turn on this stream: that turn ends it.
       if (stillEnding(session, turn.turnId)) yield* endSession(session, end.end)
-    }))
+    })))
   })
 
 /**
