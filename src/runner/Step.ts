@@ -179,15 +179,11 @@ const perform = (env: RunnerEnv, actor: Actor, acc: ActorState, command: Command
 const endTurn = (env: RunnerEnv, actor: Actor, acc: ActorState, outcome: TurnOutcome) =>
   Effect.gen(function*() {
     const { gateway, llmStreams } = env
-    if (outcome._tag === "Canceled") {
-      // The user pressed stop: the end goes out without waiting for the model stream to wind
-      // down at its own (normal) scheduling priority behind a busy server's backlog. Its late
-      // events name a call the committed state no longer runs, and change nothing.
-      const stream = yield* Effect.option(FiberMap.get(llmStreams, actor.conversationId))
-      if (Option.isSome(stream)) yield* Fiber.interruptFork(stream.value)
-    } else {
-      yield* FiberMap.remove(llmStreams, actor.conversationId)
-    }
+    // The end goes out without waiting for the model stream to wind down at its own (normal)
+    // scheduling priority, behind a busy server's backlog (`internal/Scheduler.ts`). Its late
+    // events name a call the committed state no longer runs, and change nothing.
+    const stream = yield* Effect.option(FiberMap.get(llmStreams, actor.conversationId))
+    if (Option.isSome(stream)) yield* Fiber.interruptFork(stream.value)
     const turn = turnRefOf(acc.runtime.committed)
     yield* Metric.increment(Metric.tagged(Metrics.turnsFinished, "outcome", outcome._tag === "Final" ? outcome.reason : outcome._tag.toLowerCase()))
     if (outcome._tag === "Canceled") yield* gateway.abort(turn)

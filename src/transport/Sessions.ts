@@ -18,7 +18,6 @@ import { endFrameOf, frameOf, Lifecycle, makeSession, requestIdOf, write } from 
 import type { Session, SessionEnv } from "./Session.js"
 import { startOperation, toolContext } from "./ToolOps.js"
 import { beginNextTurn, sendTurnEnd } from "./TurnEnd.js"
-import { URGENT } from "../internal/Scheduler.js"
 
 /** A model call's events as the turn's frames, moving the session's correlation on. */
 const encodeEvents = (session: Session, turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>, nowMs: number): Array<Uint8Array> => {
@@ -172,11 +171,8 @@ export const make = (options: TransportOptions) =>
         }
       })
 
-    // Urgent (`internal/Scheduler.ts`), whoever calls it: the client waits on a turn's end.
     const finish = (turn: TurnRef, outcome: TurnOutcome, state: ConversationState, usage: Usage) =>
-      Effect.flatMap(turnSession(turn), (session) => sendTurnEnd(env, session, turn, outcome, state, usage)).pipe(
-        Effect.withSchedulingPriority(URGENT)
-      )
+      Effect.flatMap(turnSession(turn), (session) => sendTurnEnd(env, session, turn, outcome, state, usage))
 
     const shutdown = Effect.forEach([...sessions.values()], (session) =>
       session.channel.isClosed()

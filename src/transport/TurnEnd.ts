@@ -48,7 +48,11 @@ export const endInput = (session: Session) =>
 /** Whether `session` is still ending the turn `turnId` (no later turn started on it, not ended). */
 const stillEnding = (session: Session, turnId: string) => session.lifecycle._tag === "Ending" && session.lifecycle.turnId === turnId
 
-/** What ends a turn on the wire, once per turn. */
+/**
+ * What ends a turn on the wire, once per turn. Urgent (`internal/Scheduler.ts`) whoever calls it
+ * (the runner's actor, a resume, a replay after a restart): the client waits on a turn's end,
+ * and on the checkpoint once it acknowledged the blobs.
+ */
 export const sendTurnEnd = (
   env: SessionEnv,
   session: Session,
@@ -79,8 +83,7 @@ export const sendTurnEnd = (
     const graceEndsAtMs = (yield* Clock.currentTimeMillis) + (replayed ? 0 : env.options.queuedMessageGraceMs)
     const nextTurn = yield* Deferred.make<void>()
     session.nextTurnStarted = nextTurn
-    // Urgent (`internal/Scheduler.ts`): the client waits on the checkpoint once it acknowledged the blobs.
-    yield* FiberSet.run(env.background, Effect.withSchedulingPriority(URGENT)(Effect.gen(function*() {
+    yield* FiberSet.run(env.background, Effect.gen(function*() {
       // A client whose input ended cannot acknowledge them: the turn ends without its checkpoint.
       const acknowledged = session.inputEnded ? false : yield* awaitBlobAcks(env, acks)
       if (session.lifecycle._tag === "Ended") return
@@ -93,8 +96,8 @@ export const sendTurnEnd = (
       }
       // A queued message started the next turn on this stream: that turn ends it.
       if (stillEnding(session, turn.turnId)) yield* endSession(session, end.end)
-    })))
-  })
+    }))
+  }).pipe(Effect.withSchedulingPriority(URGENT))
 
 /**
  * A turn the runner speaks for on a session that is ending an earlier one: a message the user
