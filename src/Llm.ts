@@ -271,9 +271,11 @@ export interface StreamOptions {
   readonly callId: string
   readonly maxOutputTokens?: number
   /**
-   * The delta fast path: once the call's first content has come out of the stream, later events
-   * may be handed to this callback instead, in order, as they come off the network (in the
-   * network read's own call); the stream then carries only its end or its failure.
+   * The delta fast path: the call's events may be handed to this callback instead of the
+   * stream, in order, as they come off the network (in the network read's own call): from the
+   * answer's first content on (with the `Start` before it), once no retry or fallback can
+   * replace the answer; the stream then carries only its end or its failure. An adapter may
+   * also ignore it and emit everything on the stream (test doubles do).
    */
   readonly onEvents?: (events: ReadonlyArray<ResponseEvent>) => void
 }

@@ -24,6 +24,13 @@ export const rewinds = Metric.counter("byok_rewinds_total", { description: "Turn
 export const configReloads = Metric.counter("byok_config_reloads_total", { description: "Changes of the configuration file, by outcome (applied, refused)", incremental: true })
 export const toolCalls = Metric.counter("byok_tool_calls_total", { description: "Tool calls dispatched to the client", incremental: true })
 export const tokens = Metric.counter("byok_tokens_total", { description: "Tokens reported by providers, by kind", incremental: true })
+export const streamEvents = Metric.counter("byok_stream_events_total", {
+  description: "Model stream events the runner applied, by path: fast (in the network read's own call) or actor (through the conversation's actor: what commits, or while it is busy)",
+  incremental: true
+})
+/** The two paths of `streamEvents`, updated from a network read's callback (no fiber). */
+export const streamEventsFast = Metric.tagged(streamEvents, "path", "fast")
+export const streamEventsActor = Metric.tagged(streamEvents, "path", "actor")
 export const timeToFirstDelta = Metric.histogram(
   "byok_time_to_first_delta_seconds",
   MetricBoundaries.exponential({ start: 0.05, factor: 2, count: 10 }),

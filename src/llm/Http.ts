@@ -9,7 +9,7 @@
  * `overloaded_error` after `message_start`, a connection dropped after the first bytes) is
  * retried invisibly, while anything the client has seen is never silently replayed.
  */
-import { Chunk, Duration, Effect, Either, ExecutionStrategy, Exit, Mailbox, Metric, Random, Scope, Stream } from "effect"
+import { Duration, Effect, Either, ExecutionStrategy, Exit, Mailbox, Metric, Random, Scope, Stream } from "effect"
 import type { LlmError, ResponseEvent } from "../Llm.js"
 import * as Metrics from "../Metrics.js"
 import { classifyHttpError, llmError, type Machine } from "./Common.js"
@@ -74,9 +74,11 @@ interface Head {
 
 /**
  * POSTs the request with undici (the dispatcher's own keep-alive pool); aborted when the scope
- * closes. The body is handed over raw: the attempt reads it in its own `data` callback.
+ * closes. The body is handed over raw: the attempt reads it in its own `data` callback. `onHead`
+ * sees the head as soon as undici has it, before the fiber that asked resumes (which may wait
+ * its turn on a busy server).
  */
-const post = (dispatcher: Undici.Dispatcher, request: ProviderRequest): Effect.Effect<Head, LlmError, Scope.Scope> =>
+const post = (dispatcher: Undici.Dispatcher, request: ProviderRequest, onHead: (head: Head) => void): Effect.Effect<Head, LlmError, Scope.Scope> =>
   Effect.gen(function*() {
     const controller = new AbortController()
     yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
@@ -93,24 +95,26 @@ const post = (dispatcher: Undici.Dispatcher, request: ProviderRequest): Effect.E
           // The idle timeout below covers the head and the body.
           headersTimeout: 0,
           bodyTimeout: 0
+        }).then((response) => {
+          const headers: Record<string, string> = {}
+          for (const [name, value] of Object.entries(response.headers)) {
+            if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(", ") : value
+          }
+          const head: Head = { status: response.statusCode, headers, body: response.body }
+          onHead(head)
+          return head
         }),
       catch: (cause) => networkError(request.provider, cause)
     })
-    const headers: Record<string, string> = {}
-    for (const [name, value] of Object.entries(response.headers)) {
-      if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(", ") : value
-    }
-    return { status: response.statusCode, headers, body: response.body }
+    return response
   })
 
-/** One attempt's events: a mailbox the stream reads, and the switch to handing them to a callback instead. */
+/**
+ * One attempt's events: a mailbox the stream reads, or, when the attempt was opened with a
+ * `sink`, a mailbox that only ends or fails while the events go to the sink.
+ */
 export interface Attempt {
   readonly events: Mailbox.ReadonlyMailbox<ResponseEvent, LlmError>
-  /**
-   * From now on, events go to `sink` as they come off the network (in the body's `data`
-   * callback), those already in the mailbox first; the mailbox then only ends or fails.
-   */
-  readonly pushTo: (sink: (events: ReadonlyArray<ResponseEvent>) => void) => Effect.Effect<void>
 }
 
 /**
@@ -119,45 +123,53 @@ export interface Attempt {
  *
  * The body is read in its own `data` callback: each network read is decoded there (SSE decoder
  * and the adapter's machine, synchronously) and its events are offered to the mailbox, or,
- * once `pushTo` was called, handed to the sink in that same call (the delta fast path: no
- * fiber runs between the socket read and the sink). A watchdog fiber fails the stream with
+ * with a `sink`, handed to the sink in that same call (the delta fast path: no fiber runs
+ * between the socket read and the sink). A sink gets nothing before the answer's first
+ * content: the `Start` events before it are held, so that an attempt that fails before
+ * answering has handed nothing out and can be retried; the first content goes out with them,
+ * in the read that brought it. A watchdog fiber fails the stream with
  * `idleTimeout` once no byte has come for the idle timeout: it wakes once per timeout period,
  * where `Stream.timeoutFail` raced a timer against every read (~100 µs per chunk, measured).
  */
 export const openAttempt = (
   dispatcher: Undici.Dispatcher,
   request: ProviderRequest,
-  settings: RetrySettings
+  settings: RetrySettings,
+  sink?: (events: ReadonlyArray<ResponseEvent>) => void
 ): Effect.Effect<Attempt, LlmError, Scope.Scope> =>
     Effect.gen(function*() {
       const idle = Duration.millis(settings.idleTimeoutMs)
-      const head = yield* post(dispatcher, request).pipe(
-        Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) })
-      )
-      if (head.status < 200 || head.status >= 300) {
-        const text = yield* Effect.tryPromise(() => head.body.text()).pipe(
-          Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) }),
-          Effect.orElseSucceed(() => "")
-        )
-        const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-        return yield* classifyHttpError(request.provider, head.status, head.headers, text, now)
-      }
       const machine = request.makeMachine()
       const decoder = makeSseDecoder()
       const clock = yield* Effect.clock
       const events = yield* Mailbox.make<ResponseEvent, LlmError>()
-      const body = head.body
       let lastReadAt = clock.unsafeCurrentTimeMillis()
       let settled = false
-      let sink: ((events: ReadonlyArray<ResponseEvent>) => void) | undefined
+      let answered = false
+      /** With a sink: the `Start` events before the first content. */
+      let held: Array<ResponseEvent> = []
 
+      const handOut = (out: ReadonlyArray<ResponseEvent>): ReadonlyArray<ResponseEvent> | undefined => {
+        if (answered) return out
+        let content = false
+        for (const event of out) {
+          held.push(event)
+          if (event._tag !== "Start") content = true
+        }
+        if (!content) return undefined
+        answered = true
+        const first = held
+        held = []
+        return first
+      }
       const settle = (out: ReadonlyArray<ResponseEvent>, failure: LlmError | undefined) => {
         let error = failure
         if (out.length > 0) {
           if (sink === undefined) events.unsafeOfferAll(out)
           else {
+            const batch = handOut(out)
             try {
-              sink(out)
+              if (batch !== undefined) sink(batch)
             } catch (cause) {
               // In the body's callback no fiber would catch it: the call ends with it, the turn with an error.
               error = llmError("malformedStream", `the stream's events could not be handled: ${String(cause)}`)
@@ -203,9 +215,28 @@ export const openAttempt = (
         settled = true
         events.unsafeDone(Exit.fail(networkError(request.provider, cause)))
       }
-      body.on("data", onData)
-      body.once("end", onEnd)
-      body.once("error", onError)
+      // A successful answer's body is read from the moment its head is in (in undici's
+      // callback), not once this fiber resumes: under load that could be seconds later, with
+      // the answer piling up unread meanwhile.
+      const isOk = (status: number) => status >= 200 && status < 300
+      const head = yield* post(dispatcher, request, (head) => {
+        if (!isOk(head.status)) return
+        lastReadAt = clock.unsafeCurrentTimeMillis()
+        head.body.on("data", onData)
+        head.body.once("end", onEnd)
+        head.body.once("error", onError)
+      }).pipe(
+        Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) })
+      )
+      const body = head.body
+      if (!isOk(head.status)) {
+        const text = yield* Effect.tryPromise(() => body.text()).pipe(
+          Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) }),
+          Effect.orElseSucceed(() => "")
+        )
+        const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+        return yield* classifyHttpError(request.provider, head.status, head.headers, text, now)
+      }
       yield* Effect.addFinalizer(() =>
         Effect.sync(() => {
           settled = true
@@ -226,13 +257,7 @@ export const openAttempt = (
         return Effect.zipRight(Effect.sleep(Duration.millis(settings.idleTimeoutMs - quietFor)), watchdog)
       })
       yield* Effect.forkScoped(watchdog)
-      const pushTo = (to: (events: ReadonlyArray<ResponseEvent>) => void) =>
-        // A mailbox that has ended already keeps its end for the stream that follows.
-        Effect.map(Effect.orElseSucceed(events.clear, () => Chunk.empty<ResponseEvent>()), (queued) => {
-          if (queued.length > 0) to(Chunk.toReadonlyArray(queued))
-          sink = to
-        })
-      return { events, pushTo }
+      return { events }
     })
 
 /** The delay before retry number `retry` (0-based), or a fail-fast error when the server asks too much. */
@@ -257,6 +282,9 @@ export const retryDelay = (error: LlmError, retry: number, settings: RetrySettin
 /**
  * The full call: attempts until one yields an event beyond `Start`, then streams the rest of that
  * attempt. Failures before that point are retried when retryable; failures after it end the stream.
+ * With `onEvents` (the delta fast path, `StreamOptions.onEvents`), the answering attempt's
+ * events all go to it from the body's callback, the first content included, and the stream
+ * emits nothing: it ends when the answer ends, or fails with what ended it.
  * Each retry is one log line (info) with the provider, the attempt that failed, its error and the
  * delay, annotated with `annotations` (the router's: conversation, call id, model).
  */
@@ -274,20 +302,40 @@ export const streamWithRetry = (
       while (true) {
         const scope = yield* Scope.fork(outer, ExecutionStrategy.sequential)
         const held: Array<ResponseEvent> = []
+        const attempts = retry + 1
         // Taken straight from the attempt's mailbox (no pull-based stream stage in between).
         const primed = yield* Effect.gen(function*() {
-          const { events, pushTo } = yield* openAttempt(dispatcher, request, settings).pipe(Scope.extend(scope))
-          // With a sink, the events after the held ones go to it as they come off the network; the
-          // switch is pulled once the held ones were taken, so none is overtaken.
-          const rest = onEvents === undefined
-            ? Mailbox.toStream(events)
-            : Stream.concat(Stream.drain(Stream.fromEffect(pushTo(onEvents))), Mailbox.toStream(events))
+          if (onEvents !== undefined) {
+            // Every event goes to `onEvents` from the body's callback, the first content too
+            // (with the `Start` before it, which carries the attempt count); the stream then
+            // only ends or fails. A failure before anything went out is the attempt's, retried.
+            let delivered = false
+            const sink = (out: ReadonlyArray<ResponseEvent>) => {
+              if (!delivered) {
+                delivered = true
+                if (attempts > 1) out = out.map((event) => event._tag === "Start" ? { ...event, attempts } : event)
+              }
+              onEvents(out)
+            }
+            // The body is read from undici's callback: content may have gone out even when the
+            // attempt itself then fails (its head's idle timeout firing as the head came in).
+            const end = yield* openAttempt(dispatcher, request, settings, sink).pipe(
+              Scope.extend(scope),
+              Effect.flatMap(({ events }) => events.await),
+              Effect.either
+            )
+            if (Either.isRight(end)) return Stream.empty
+            if (delivered) return Stream.fail(end.left)
+            return yield* end.left
+          }
+          const { events } = yield* openAttempt(dispatcher, request, settings).pipe(Scope.extend(scope))
+          const rest = Mailbox.toStream(events)
           while (true) {
             const [chunk, done] = yield* events.takeAll
             let content = false
             for (const event of chunk) {
               // The attempt count rides on `Start` (the runner records it with the call).
-              held.push(retry > 0 && event._tag === "Start" ? { ...event, attempts: retry + 1 } : event)
+              held.push(attempts > 1 && event._tag === "Start" ? { ...event, attempts } : event)
               if (event._tag !== "Start") content = true
             }
             if (content) return done ? Stream.fromIterable(held) : Stream.concat(Stream.fromIterable(held), rest)

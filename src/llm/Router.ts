@@ -251,7 +251,12 @@ export const makeLive = Effect.fn("Router.makeLive")(function*(current: () => Ro
         const target = targets[index]!
         const sent = target.acceptsImages ? request : withoutImages(request, options.model)
         let emitted = false
-        return streamWithRetry(client, target.adapter.prepare(sent, target.settings), retry, { ...annotations, upstreamModel: target.settings.model }, options.onEvents).pipe(
+        // What went to the fast path's callback was emitted too: no fallback after it.
+        const onEvents = options.onEvents === undefined ? undefined : (events: ReadonlyArray<ResponseEvent>) => {
+          emitted = true
+          options.onEvents!(events)
+        }
+        return streamWithRetry(client, target.adapter.prepare(sent, target.settings), retry, { ...annotations, upstreamModel: target.settings.model }, onEvents).pipe(
           Stream.mapChunks((chunk) => {
             emitted = true
             return chunk

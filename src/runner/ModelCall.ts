@@ -33,16 +33,43 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
     let firstDelta = true
     let attempts = 1
     /**
-     * The delta fast path: once the answer's first content is out, each network read's events
-     * come to `onEvents` in the read's own call, and the first read of an event-loop iteration
-     * is applied and written there and then. Further reads of the same stream in that
-     * iteration (a busy stream: several reads per pass of the poll phase) are applied together
-     * in its check phase (`setImmediate`, no timer): one run of the transition, one frame per
-     * block and one socket write for them. What the actor would fold without a commit is
-     * applied and written at once (`stepInline`); the rest goes to the actor's mailbox, in
-     * order after it (through `deliver` should this actor have ended). On the server's
-     * scheduler (`internal/Scheduler.ts`), while tasks wait for a later slice, a read is not
-     * applied in its callback: it queues as a task behind them.
+     * What the runner notes of a call's events however they come (the stream or the fast
+     * path's callback): its end, its attempt count, and the time of its first content (for the
+     * turn's clock at once; the metric and the call's row in the returned effect, run after
+     * the content was applied).
+     */
+    const note = (events: ReadonlyArray<ResponseEvent>): Effect.Effect<void> | undefined => {
+      let follow: Effect.Effect<void> | undefined
+      for (const event of events) {
+        if (event._tag === "Done" || event._tag === "Error") finished = true
+        if (event._tag === "Start" && event.attempts !== undefined) attempts = event.attempts
+        if (firstDelta && (event._tag === "TextDelta" || event._tag === "ThinkingDelta" || event._tag === "ToolCallStart")) {
+          firstDelta = false
+          const at = clock.unsafeCurrentTimeMillis()
+          const turnId = turnOfCall(call.callId)
+          if (!env.turnClock.firstDelta.has(turnId)) env.turnClock.firstDelta.set(turnId, at)
+          // One small write per call, for the console (it never touches the call's status).
+          follow = Effect.zipRight(
+            Metric.update(Metrics.timeToFirstDelta, (at - openedAt) / 1000),
+            store.recordCallTiming(call.callId, { firstDeltaMs: at - openedAt, attempts }).pipe(
+              Effect.catchAll((error) => Effect.logWarning("runner: could not record a model call's first delta", error))
+            )
+          )
+        }
+      }
+      return follow
+    }
+    /**
+     * The delta fast path: the answer's events come to `onEvents` in the network read's own
+     * call, from its first content on, and the first read of an event-loop iteration is applied
+     * and written there and then. Further reads of the same stream in that iteration (a busy
+     * stream: several reads per pass of the poll phase) are applied together in its check phase
+     * (`setImmediate`, no timer): one run of the transition, one frame per block and one socket
+     * write for them. What the actor would fold without a commit is applied and written at once
+     * (`stepInline`); the rest goes to the actor's mailbox, in order after it (through
+     * `deliver` should this actor have ended). On the server's scheduler
+     * (`internal/Scheduler.ts`), while tasks wait for a later slice, a read is not applied in
+     * its callback: it queues as a task behind them.
      */
     let batch: Array<ResponseEvent> | undefined
     let wroteThisIteration = false
@@ -54,19 +81,26 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
         // Outside any fiber: logged, and the events go the actor's way instead.
         Runtime.runFork(runtime)(Effect.logError("runner: the delta fast path failed; the actor takes the events", cause))
       }
+      if (applied > 0) Metrics.streamEventsFast.unsafeUpdate(applied, [])
       if (applied === events.length) return
+      Metrics.streamEventsActor.unsafeUpdate(events.length - applied, [])
       const rest = applied === 0 ? events : events.slice(applied)
       if (env.isLive(actor) && offer(actor, Envelope.Stream({ callId: call.callId, events: rest }))) return
       Runtime.runFork(runtime)(feed(rest))
+    }
+    /** Applies the events, then runs what `note` returned (in a fiber of its own, at the normal priority). */
+    const applyNoted = (events: ReadonlyArray<ResponseEvent>) => {
+      const follow = note(events)
+      apply(events)
+      if (follow !== undefined) Runtime.runFork(runtime)(Effect.withSchedulingPriority(follow, 0))
     }
     const flush = () => {
       wroteThisIteration = false
       const events = batch
       batch = undefined
-      if (events !== undefined) apply(events)
+      if (events !== undefined) applyNoted(events)
     }
     const onEvents = (events: ReadonlyArray<ResponseEvent>) => {
-      for (const event of events) if (event._tag === "Done" || event._tag === "Error") finished = true
       if (wroteThisIteration) {
         if (batch === undefined) batch = events.slice()
         else for (const event of events) batch.push(event)
@@ -77,11 +111,11 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
         // The process is behind: the read's events queue behind the work before them, so this
         // poll phase stays short (new connections are accepted one per event-loop iteration).
         batch = events.slice()
-        sliced.queueNormal(flush)
+        sliced.queueRead(flush)
         return
       }
       setImmediate(flush)
-      return apply(events)
+      return applyNoted(events)
     }
     /** What the stream itself says last (its end, a failure) goes after the batched events. */
     const flushFirst = Effect.sync(flush)
@@ -92,33 +126,13 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
       ...(call.maxOutputTokens === undefined ? {} : { maxOutputTokens: call.maxOutputTokens })
     }
     const consume = llm.stream(call.request, options).pipe(
-      // One envelope per network read: under load a read carries many deltas.
+      // What comes on the stream (an adapter without the fast path: one chunk per network read).
       Stream.runForEachChunk((chunk) => {
         const events = Chunk.toReadonlyArray(chunk)
-        let timing: Effect.Effect<void> = Effect.void
-        let record: Effect.Effect<void> | undefined
-        for (const event of events) {
-          if (event._tag === "Done" || event._tag === "Error") finished = true
-          if (event._tag === "Start" && event.attempts !== undefined) attempts = event.attempts
-          if (firstDelta && (event._tag === "TextDelta" || event._tag === "ThinkingDelta" || event._tag === "ToolCallStart")) {
-            firstDelta = false
-            timing = Clock.currentTimeMillis.pipe(Effect.flatMap((at) => {
-              const turnId = turnOfCall(call.callId)
-              if (!env.turnClock.firstDelta.has(turnId)) env.turnClock.firstDelta.set(turnId, at)
-              // One small write per call, for the console (it never touches the call's status).
-              record = store.recordCallTiming(call.callId, { firstDeltaMs: at - openedAt, attempts }).pipe(
-                Effect.catchAll((error) => Effect.logWarning("runner: could not record a model call's first delta", error))
-              )
-              return Metric.update(Metrics.timeToFirstDelta, (at - openedAt) / 1000)
-            }))
-          }
-        }
-        // The fast path applies what it can here and now; the rest goes to the actor, in order.
+        const follow = note(events)
         const deliverRest = Effect.sync(() => apply(events))
         // The write waits until the actor has had its turn: the first delta goes out before it.
-        return Effect.zipRight(timing, deliverRest).pipe(
-          Effect.zipRight(Effect.suspend(() => (record === undefined ? Effect.void : Effect.zipRight(Effect.yieldNow(), record))))
-        )
+        return follow === undefined ? deliverRest : Effect.zipRight(deliverRest, Effect.zipRight(Effect.yieldNow(), follow))
       }),
       Effect.catchAll((error) => {
         finished = true

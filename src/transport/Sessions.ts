@@ -118,7 +118,13 @@ export const make = (options: TransportOptions) =>
 
     const publishNow = (turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>, nowMs: number): boolean => {
       const session = sessions.get(requestIdOf(turn))
-      if (session === undefined || session.lifecycle._tag !== "Running" || session.turnId !== turn.turnId) return false
+      if (session === undefined || session.lifecycle._tag !== "Running") return false
+      if (session.turnId !== turn.turnId) {
+        // A live run request whose turn has not spoken yet: its first frames may be these (as
+        // `turnSession` would, which a recovered turn still goes through).
+        if (session.turnId !== undefined || session.run === undefined) return false
+        session.turnId = turn.turnId
+      }
       session.lastActivityMs = nowMs
       session.channel.unsafeWrite(encodeEvents(session, turn, callId, events, nowMs))
       return true

@@ -573,6 +573,29 @@ describe("Server end to end (real provider path)", () => {
       }
     }))
 
+  it.scopedLive("an answer streamed from a real provider connection takes the fast path from its first content on; only what commits goes through the actor", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make()
+      const client = yield* clientFor(app)
+      const scrape = () =>
+        Effect.promise(async () => {
+          const text = await (await fetch(`${app.baseUrl}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()
+          const value = (path: string) => Number(new RegExp(`^byok_stream_events_total\\{path="${path}"\\} (\\S+)$`, "m").exec(text)?.[1] ?? 0)
+          return { fast: value("fast"), actor: value("actor") }
+        })
+      const before = yield* scrape()
+      const words = Array.from({ length: 10 }, (_, k) => `w${k} `)
+      app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.pacedText(words, 20)))
+      const t = yield* Effect.promise(() => client.run({ conversationId: "conv-fast-path", text: "hi" }))
+      assertCleanOk(t)
+      assert.strictEqual(t.events.filter((e) => e.kind === "text_delta").map((e) => (e.kind === "text_delta" ? e.text : "")).join(""), words.join(""))
+      const after = yield* scrape()
+      // Start, the text block's start and its ten deltas at least, each in its own read (20 ms apart).
+      assert.isAtLeast(after.fast - before.fast, 12)
+      // The answer's end (it commits), and at most the block's end read with it.
+      assert.isAtMost(after.actor - before.actor, 2)
+    }))
+
   it.scopedLive("measured (printed, not asserted): time to first delta and per-turn overhead", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make()

@@ -31,12 +31,16 @@ const configOn = (baseUrl: string): Router.RouterConfig => ({
 
 const request = { systemPrompt: "s", messages: [{ role: "user" as const, content: [{ type: "text" as const, text: "hi" }] }], tools: [] }
 
-/** The call's events as they came, and how it ended. */
-const run = (config: Router.RouterConfig, model: string) =>
+/**
+ * The call's events as they came, and how it ended; with `fastPath`, as the runner asks for
+ * them (`onEvents`: the answer's events come to the callback, the stream only ends or fails).
+ */
+const run = (config: Router.RouterConfig, model: string, fastPath = false) =>
   Effect.gen(function*() {
     const llm = yield* Llm
     const seen: Array<ResponseEvent> = []
-    const ended = yield* Effect.either(Stream.runForEach(llm.stream(request, { model, callId: "conv-1/t1/c1" }), (event) => Effect.sync(() => seen.push(event))))
+    const options = { model, callId: "conv-1/t1/c1", ...(fastPath ? { onEvents: (events: ReadonlyArray<ResponseEvent>) => void seen.push(...events) } : {}) }
+    const ended = yield* Effect.either(Stream.runForEach(llm.stream(request, options), (event) => Effect.sync(() => seen.push(event))))
     return ended._tag === "Right" ? { _tag: "Right" as const, right: seen } : { _tag: "Left" as const, left: ended.left, seen }
   }).pipe(Effect.provide(Router.layer(config).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))))
 
@@ -66,23 +70,27 @@ describe("aliases", () => {
     }))
 })
 
-describe("ordered fallback", () => {
+describe.each([["on the stream", false], ["through the fast path callback", true]] as const)("ordered fallback, events %s", (_, fastPath) => {
   it.scopedLive("the first target answers 503 before any byte (retries spent): the second answers, and the answer says which target it was", () =>
     Effect.gen(function*() {
       const fake = yield* Fake.make
       fake.enqueue(Fake.status(503, { error: { message: "overloaded" } }), Fake.status(503, { error: { message: "overloaded" } }), Fake.sse(Fake.openAiChat.text("from the second")))
-      const result = yield* run(configOn(fake.baseUrl), "m")
+      const result = yield* run(configOn(fake.baseUrl), "m", fastPath)
       expect(result._tag).toBe("Right")
       expect(modelsAsked(fake)).toEqual(["first-model", "first-model", "second-model"])
       const done = doneOf(result._tag === "Right" ? result.right : [])
       expect(done?.message).toMatchObject({ provider: "second", model: "second-model" })
+      // One Start reaches the caller, before the content.
+      const events = result._tag === "Right" ? result.right : []
+      expect(events.filter((e) => e._tag === "Start")).toHaveLength(1)
+      expect(events[0]?._tag).toBe("Start")
     }))
 
   it.scopedLive("a bad key on the first target (401, not retried) also falls back", () =>
     Effect.gen(function*() {
       const fake = yield* Fake.make
       fake.enqueue(Fake.status(401, { error: { message: "bad key" } }), Fake.sse(Fake.openAiChat.text("ok")))
-      const result = yield* run(configOn(fake.baseUrl), "m")
+      const result = yield* run(configOn(fake.baseUrl), "m", fastPath)
       expect(result._tag).toBe("Right")
       expect(modelsAsked(fake)).toEqual(["first-model", "second-model"])
     }))
@@ -92,18 +100,30 @@ describe("ordered fallback", () => {
       const fake = yield* Fake.make
       const partial = Fake.openAiChat.text("this answer is cut off", 4).slice(0, 3)
       fake.enqueue(Fake.sse(partial, { end: "drop" }), Fake.sse(Fake.openAiChat.text("must not be asked")))
-      const result = yield* run(configOn(fake.baseUrl), "m")
+      const result = yield* run(configOn(fake.baseUrl), "m", fastPath)
       expect(result._tag).toBe("Left")
       expect(result._tag === "Left" && result.left.message).toContain("connection failed")
       expect(result._tag === "Left" && result.seen.some((e) => e._tag === "TextDelta")).toBe(true)
       expect(modelsAsked(fake)).toEqual(["first-model"])
     }))
 
+  it.scopedLive("a retried attempt's answer says how many attempts it took", () =>
+    Effect.gen(function*() {
+      const fake = yield* Fake.make
+      fake.enqueue(Fake.status(503, { error: { message: "overloaded" } }), Fake.sse(Fake.openAiChat.text("second try")))
+      const result = yield* run(configOn(fake.baseUrl), "m", fastPath)
+      expect(result._tag).toBe("Right")
+      const events = result._tag === "Right" ? result.right : []
+      expect(events[0]).toMatchObject({ _tag: "Start", attempts: 2 })
+      expect(events.filter((e) => e._tag === "TextDelta").map((e) => e._tag === "TextDelta" ? e.delta : "").join("")).toBe("second try")
+      expect(modelsAsked(fake)).toEqual(["first-model", "first-model"])
+    }))
+
   it.scopedLive("every target failing ends with the last target's error", () =>
     Effect.gen(function*() {
       const fake = yield* Fake.make
       fake.enqueue(Fake.status(401, { error: { message: "bad key one" } }), Fake.status(401, { error: { message: "bad key two" } }))
-      const result = yield* run(configOn(fake.baseUrl), "m")
+      const result = yield* run(configOn(fake.baseUrl), "m", fastPath)
       expect(result._tag === "Left" && result.left.message).toContain("bad key two")
       expect(modelsAsked(fake)).toEqual(["first-model", "second-model"])
     }))
