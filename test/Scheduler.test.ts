@@ -78,23 +78,4 @@ describe("SlicedScheduler", () => {
     assert.deepStrictEqual(steps.filter((s) => s.startsWith("u")), ["u1", "u2", "u3"])
     assert.isBelow(steps.indexOf("u3"), steps.indexOf("n3"), "the urgent fiber finished first")
   })
-  it("runs a stream's reads after the urgent tasks and before the normal ones, yet moves the normal work on in every slice", async () => {
-    const scheduler = new SlicedScheduler(0.5)
-    const fiber = {} as Fiber.RuntimeFiber<unknown, unknown>
-    const ran: Array<string> = []
-    await new Promise<void>((done) => {
-      scheduler.scheduleTask(() => ran.push("n1"), 0, fiber)
-      scheduler.scheduleTask(() => ran.push("n2"), 0, fiber)
-      scheduler.scheduleTask(() => ran.push("n3"), 0, fiber)
-      // Each read outlasts the slice: every slice ends after one read and one normal task.
-      for (let i = 1; i <= 3; i++) scheduler.queueRead(() => {
-        busy(1)
-        ran.push(`r${i}`)
-      })
-      scheduler.scheduleTask(() => ran.push("u1"), URGENT, fiber)
-      scheduler.queueNormal(() => done())
-    })
-    assert.deepStrictEqual(ran, ["u1", "r1", "n1", "r2", "n2", "r3", "n3"])
-    assert.strictEqual(scheduler.pending, 0)
-  })
 })

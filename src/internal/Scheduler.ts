@@ -12,11 +12,8 @@
  * - a task is `urgent` when its fiber's scheduling priority is `URGENT` or more (what a client
  *   waits on at once: the HTTP requests and `Run` streams, see `Server.ts` and `Run.ts`, and a
  *   conversation's actor while it commits a client's input to a running turn, see `Runner.ts`)
- *   and `normal` otherwise (turn starts, model streams, priority 0); between the two, a
- *   model stream's reads that could not be applied in their own callback (`queueRead`,
- *   `ModelCall.ts`). A drain runs every urgent task before the next read, and every read
- *   before the next normal task, except that a slice that ran no normal task runs one before
- *   it ends (so turns still start while answers stream);
+ *   and `normal` otherwise (turn starts, model streams, priority 0); a drain runs every urgent
+ *   task before the next normal one;
  * - a drain starts in a microtask when the queue was empty (an idle server reacts at once) and
  *   stops, once `sliceMs` have passed, after the task that was running; the rest goes on in
  *   the next event-loop iteration (`setImmediate`), after the sockets that became readable
@@ -66,7 +63,6 @@ class TaskQueue {
 
 export class SlicedScheduler implements Scheduler.Scheduler {
   private readonly urgent = new TaskQueue()
-  private readonly reads = new TaskQueue()
   private readonly normal = new TaskQueue()
   /** A drain is queued (microtask or `setImmediate`) or running. */
   private scheduled = false
@@ -87,27 +83,14 @@ export class SlicedScheduler implements Scheduler.Scheduler {
     this.enqueue(task, fiber === undefined || priority >= URGENT)
   }
 
-  /** Queues work that is not a fiber's at the normal priority. */
+  /** Queues work that is not a fiber's at the normal priority (a model stream's read, see `ModelCall.ts`). */
   queueNormal(task: Scheduler.Task): void {
-    this.push(this.normal, task)
-  }
-
-  /**
-   * Queues a model stream's read (see `ModelCall.ts`): after the urgent tasks, before the
-   * normal ones (a running answer's deltas are cheap and watched; a new turn's start is
-   * neither), except that a slice that ran no normal task runs one before it ends, so a flood
-   * of reads does not stop turns from starting.
-   */
-  queueRead(task: Scheduler.Task): void {
-    this.push(this.reads, task)
+    this.enqueue(task, false)
   }
 
   private enqueue(task: Scheduler.Task, urgent: boolean): void {
-    this.push(urgent ? this.urgent : this.normal, task)
-  }
-
-  private push(queue: TaskQueue, task: Scheduler.Task): void {
-    queue.push(task)
+    if (urgent) this.urgent.push(task)
+    else this.normal.push(task)
     if (!this.scheduled) {
       this.scheduled = true
       queueMicrotask(this.drain)
@@ -116,7 +99,7 @@ export class SlicedScheduler implements Scheduler.Scheduler {
 
   /** Tasks waiting to run. */
   get pending(): number {
-    return this.urgent.size + this.reads.size + this.normal.size
+    return this.urgent.size + this.normal.size
   }
 
   /** Tasks wait for a later slice: the process is behind, so new work should queue rather than jump ahead. */
@@ -126,22 +109,15 @@ export class SlicedScheduler implements Scheduler.Scheduler {
 
   private readonly drain = () => {
     const deadline = performance.now() + this.sliceMs
-    let ranNormal = false
     try {
       for (;;) {
-        let task = this.urgent.take() ?? this.reads.take()
-        if (task === undefined) {
-          task = this.normal.take()
-          ranNormal = true
-        }
+        const task = this.urgent.take() ?? this.normal.take()
         if (task === undefined) {
           this.scheduled = false
           return
         }
         task()
         if (this.pending > 0 && performance.now() >= deadline) {
-          // Each slice moves the normal work on by a task at least, however many reads wait.
-          if (!ranNormal) this.normal.take()?.()
           setImmediate(this.drain)
           return
         }

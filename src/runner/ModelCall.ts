@@ -111,7 +111,7 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
         // The process is behind: the read's events queue behind the work before them, so this
         // poll phase stays short (new connections are accepted one per event-loop iteration).
         batch = events.slice()
-        sliced.queueRead(flush)
+        sliced.queueNormal(flush)
         return
       }
       setImmediate(flush)
