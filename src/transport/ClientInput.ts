@@ -169,7 +169,7 @@ const onKvResult = (session: Session, message: Extract<ClientMessage, { _tag: "K
   const ack = session.blobAcks.get(message.id)
   if (ack === undefined) return Effect.logDebug(`transport: KV answer ${message.id} matches no request; dropped`)
   session.blobAcks.delete(message.id)
-  return Deferred.succeed(ack, message.error === undefined || message.error === "").pipe(Effect.asVoid)
+  return Effect.sync(() => ack(message.error === undefined || message.error === ""))
 }
 
 /** A prewarm opens the request without a turn: the user message that follows starts it, with the prewarm's settings. */

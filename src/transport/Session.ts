@@ -133,7 +133,8 @@ export interface Session {
   /** The compactions the current turn made, for its checkpoint's summary fields. */
   summaries: Array<Dialect.CheckpointSummary>
   readonly operations: Map<string, RunningOperation>
-  readonly blobAcks: Map<number, Deferred.Deferred<boolean>>
+  /** `set_blob`s in flight, by KV id: each called once, with whether the client stored the blob (false: an error, the session's end). */
+  readonly blobAcks: Map<number, (ok: boolean) => void>
   /** get_blob reads in flight (request-context parts, attached images), by KV id: the blob, or undefined on an error. */
   readonly blobReads: Map<number, Deferred.Deferred<Uint8Array | undefined>>
   /**

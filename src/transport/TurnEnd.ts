@@ -15,7 +15,7 @@ import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
 import type { Usage } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 import type { TurnOutcome, TurnRef } from "../Runner.js"
-import { endFrameOf, Lifecycle, write } from "./Session.js"
+import { endFrameOf, frameOf, Lifecycle, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import { toolContext } from "./ToolOps.js"
 import { contextTokensOf } from "../Loop.js"
@@ -30,7 +30,7 @@ export const endSession = (session: Session, end: Dialect.EndStream) =>
     const replayed = session.lifecycle._tag === "Replaying" ||
       (session.lifecycle._tag === "Ending" && session.lifecycle.replayed)
     session.lifecycle = Lifecycle.Ended({ atMs: yield* Clock.currentTimeMillis, replayed })
-    for (const ack of session.blobAcks.values()) yield* Deferred.succeed(ack, false)
+    for (const ack of session.blobAcks.values()) ack(false)
     for (const read of session.blobReads.values()) yield* Deferred.succeed(read, undefined)
     session.blobAcks.clear()
     session.blobReads.clear()
@@ -41,7 +41,7 @@ export const endSession = (session: Session, end: Dialect.EndStream) =>
 export const endInput = (session: Session) =>
   Effect.gen(function*() {
     session.inputEnded = true
-    for (const ack of session.blobAcks.values()) yield* Deferred.succeed(ack, false)
+    for (const ack of session.blobAcks.values()) ack(false)
     for (const read of session.blobReads.values()) yield* Deferred.succeed(read, undefined)
   })
 
@@ -78,17 +78,29 @@ export const sendTurnEnd = (
     const checkpoint = projectTurn(env, session, turn, state)
     // A turn that follows on this stream builds on this checkpoint (its blobs are on their way).
     session.lastCheckpoint = checkpoint.checkpoint
-    const acks = yield* sendBlobs(session, checkpoint.blobs)
+    const acks = yield* Effect.sync(() => sendBlobs(session, checkpoint.blobs))
     yield* write(session, end.messages)
+    // A client whose input ended cannot acknowledge them: the turn ends without its checkpoint.
+    if (session.inputEnded) acks.expire()
+    const acknowledged = yield* Deferred.make<boolean>()
+    // The checkpoint goes out in the handler of the client's last acknowledgement (no fiber
+    // wakes for it: on a busy server each wake-up waits its turn in the run queue, and the
+    // checkpoint waited seconds under `bench/ack.ts`), after `turn_ended` (written just above).
+    acks.whenSettled((ok) => {
+      if (ok && session.lifecycle._tag !== "Ended") session.channel.unsafeWrite([frameOf(Dialect.encodeCheckpoint(checkpoint.checkpoint))])
+      Deferred.unsafeDone(acknowledged, Exit.succeed(ok))
+    })
     const graceEndsAtMs = (yield* Clock.currentTimeMillis) + (replayed ? 0 : env.options.queuedMessageGraceMs)
     const nextTurn = yield* Deferred.make<void>()
     session.nextTurnStarted = nextTurn
     yield* FiberSet.run(env.background, Effect.gen(function*() {
-      // A client whose input ended cannot acknowledge them: the turn ends without its checkpoint.
-      const acknowledged = session.inputEnded ? false : yield* awaitBlobAcks(env, acks)
+      const published = yield* Deferred.await(acknowledged).pipe(
+        Effect.timeoutTo({ duration: Duration.millis(env.options.blobAckTimeoutMs), onSuccess: (ok) => ok, onTimeout: () => false })
+      )
+      // Past the timeout a late acknowledgement publishes nothing.
+      acks.expire()
       if (session.lifecycle._tag === "Ended") return
-      if (acknowledged) yield* write(session, [Dialect.encodeCheckpoint(checkpoint.checkpoint)])
-      else yield* Effect.logWarning(`transport: the client did not acknowledge the blobs of ${session.requestId}; checkpoint not published`)
+      if (!published) yield* Effect.logWarning(`transport: the client did not acknowledge the blobs of ${session.requestId}; checkpoint not published`)
       const left = graceEndsAtMs - (yield* Clock.currentTimeMillis)
       if (left > 0 && stillEnding(session, turn.turnId)) yield* Effect.sleep(Duration.millis(left))
       if (stillEnding(session, turn.turnId) && session.queuedTurnExpected) {
@@ -153,26 +165,41 @@ const projectTurn = (env: SessionEnv, session: Session, turn: TurnRef, state: Co
   })
 }
 
-/** Sends `set_blob` for each blob; the acknowledgements to wait for. */
-const sendBlobs = (session: Session, blobs: ReadonlyArray<Dialect.Blob>) =>
-  Effect.gen(function*() {
-    const acks: Array<Deferred.Deferred<boolean>> = []
-    const messages: Array<AgentServerMessage> = []
-    for (const blob of blobs) {
-      const sent = Dialect.encodeSetBlob(session.correlation, blob)
-      session.correlation = sent.correlation
-      const ack = yield* Deferred.make<boolean>()
-      session.blobAcks.set(sent.kvId, ack)
-      acks.push(ack)
-      messages.push(sent.message)
-    }
-    yield* write(session, messages)
-    return acks
-  })
+/** The acknowledgements of one checkpoint's blobs, counted down as the client's answers come. */
+interface BlobAcks {
+  /** `f` runs once, with whether every blob was stored: at once if that is known, else in the handler of the answer that settles it. */
+  readonly whenSettled: (f: (ok: boolean) => void) => void
+  /** Settles as not acknowledged, unless settled already. */
+  readonly expire: () => void
+}
 
-/** Waits for every acknowledgement: false on an error, on the end of the session or after `blobAckTimeoutMs`. */
-const awaitBlobAcks = (env: SessionEnv, acks: ReadonlyArray<Deferred.Deferred<boolean>>) =>
-  Effect.all(acks.map(Deferred.await), { concurrency: "unbounded" }).pipe(
-    Effect.timeoutTo({ duration: Duration.millis(env.options.blobAckTimeoutMs), onSuccess: (r) => r, onTimeout: () => [false] }),
-    Effect.map((results) => results.every((ok) => ok))
-  )
+/** Sends `set_blob` for each blob; the acknowledgements to wait for. */
+const sendBlobs = (session: Session, blobs: ReadonlyArray<Dialect.Blob>): BlobAcks => {
+  let left = blobs.length
+  let outcome: boolean | undefined = left === 0 ? true : undefined
+  let then: ((ok: boolean) => void) | undefined
+  const settle = (ok: boolean) => {
+    if (outcome !== undefined) return
+    outcome = ok
+    then?.(ok)
+  }
+  const messages: Array<AgentServerMessage> = []
+  for (const blob of blobs) {
+    const sent = Dialect.encodeSetBlob(session.correlation, blob)
+    session.correlation = sent.correlation
+    // Called once: the entry leaves the map when the client answers or the session ends.
+    session.blobAcks.set(sent.kvId, (ok) => {
+      if (!ok) settle(false)
+      else if (--left === 0) settle(true)
+    })
+    messages.push(sent.message)
+  }
+  session.channel.unsafeWrite(messages.map(frameOf))
+  return {
+    whenSettled: (f) => {
+      if (outcome !== undefined) f(outcome)
+      else then = f
+    },
+    expire: () => settle(false)
+  }
+}

@@ -19,7 +19,7 @@ import { BidiService, ErrorDetails_Error } from "../../src/gen/aiserver/v1/aiser
 import type { ResponseEvent, Usage } from "../../src/Llm.js"
 import { frameEvent, LocalWorkspace, runRequestMessage, runSseBody, scriptedWorkspace, toHex } from "../support/CursorClient.js"
 import { assertCleanOk, clientFor, completedTool, shape, tempDirectory, toolCallOf } from "../support/Transcripts.js"
-import type { Delivery, ExecAnswer, FrameEvent } from "../support/CursorClient.js"
+import type { Delivery, ExecAnswer, FrameEvent, Transcript } from "../support/CursorClient.js"
 import { answerEvents, assistant, call, providerDown, text, toolCalls, usage } from "../support/FakeRuntime.js"
 import type { Script } from "../support/FakeRuntime.js"
 import * as ServerHarness from "../support/ServerHarness.js"
@@ -508,6 +508,40 @@ describe("Transport end to end", () => {
       const sent = new Set(transcript.events.flatMap((e) => (e.kind === "kv_set" ? [e.blobId] : [])))
       const checkpoint = transcript.checkpoints[0]!
       for (const id of [...checkpoint.rootPromptMessagesJson, ...checkpoint.turns]) assert.isTrue(sent.has(toHex(id)))
+    }))
+
+  it.scopedLive("no checkpoint while a blob is unacknowledged, none when the client could not store one, none for acknowledgements that come after the timeout", () =>
+    Effect.gen(function*() {
+      const harness = yield* ServerHarness.make({
+        scripts: [chunkedText(["one"], usage(1, 1)), chunkedText(["two"], usage(1, 1))],
+        transport: { blobAckTimeoutMs: 400, queuedMessageGraceMs: 0 }
+      })
+      const client = yield* clientFor(harness, { kvAnswers: "held" })
+      const setBlobResult = (id: number, error?: string) =>
+        ({ message: { case: "kvClientMessage" as const, value: { id, message: { case: "setBlobResult" as const, value: error === undefined ? {} : { error: { message: error } } } } } })
+      const kvSets = (t: Transcript) => t.events.flatMap((e) => (e.kind === "kv_set" ? [e.id] : []))
+
+      // All but one acknowledged, then the last one fails: the turn ends, without a checkpoint.
+      const failing = client.turn({ conversationId: "conv-ack-error", text: "go" })
+      yield* Effect.promise(() => failing.waitFor((f) => f.event.kind === "turn_ended"))
+      const ids = kvSets(failing.transcript())
+      assert.isAbove(ids.length, 1)
+      for (const id of ids.slice(0, -1)) assert.strictEqual(yield* Effect.promise(() => failing.send(setBlobResult(id))), 200)
+      yield* Effect.sleep("150 millis")
+      assert.isFalse(failing.transcript().events.some((e) => e.kind === "checkpoint"), "a checkpoint before its last blob was stored")
+      yield* Effect.promise(() => failing.send(setBlobResult(ids.at(-1)!, "disk full")))
+      const failed = yield* Effect.promise(() => failing.done)
+      assert.strictEqual(failed.end?._tag, "Ok")
+      assert.deepStrictEqual(shape(failed), ["text_delta", "kv_set", "turn_ended"])
+
+      // Nothing acknowledged within the timeout; the acknowledgements that come later publish nothing.
+      const late = client.turn({ conversationId: "conv-ack-late", text: "go" })
+      yield* Effect.promise(() => late.waitFor((f) => f.event.kind === "turn_ended"))
+      yield* Effect.sleep("600 millis")
+      for (const id of kvSets(late.transcript())) yield* Effect.promise(() => late.send(setBlobResult(id)))
+      const lateDone = yield* Effect.promise(() => late.done)
+      assert.strictEqual(lateDone.end?._tag, "Ok")
+      assert.deepStrictEqual(shape(lateDone), ["text_delta", "kv_set", "turn_ended"])
     }))
 
   it.scopedLive("ref_only context: a cancel sent while the run request's context is read back applies after the turn starts; the turn ends canceled with nothing answered", () =>
