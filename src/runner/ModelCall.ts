@@ -81,9 +81,9 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
         // Outside any fiber: logged, and the events go the actor's way instead.
         Runtime.runFork(runtime)(Effect.logError("runner: the delta fast path failed; the actor takes the events", cause))
       }
-      if (applied > 0) Metrics.streamEventsFast.unsafeUpdate(applied, [])
+      if (applied > 0) Metrics.countStreamEvents("fast", applied)
       if (applied === events.length) return
-      Metrics.streamEventsActor.unsafeUpdate(events.length - applied, [])
+      Metrics.countStreamEvents("actor", events.length - applied)
       const rest = applied === 0 ? events : events.slice(applied)
       if (env.isLive(actor) && offer(actor, Envelope.Stream({ callId: call.callId, events: rest }))) return
       Runtime.runFork(runtime)(feed(rest))
