@@ -38,7 +38,10 @@ export const settle = (env: SessionEnv, session: Session, seqno: number, durable
     }
     const settled = waiting ?? (yield* Deferred.make<void>())
     session.unsettled.set(seqno, settled)
-    yield* FiberSet.run(env.background, Effect.all(durable, { concurrency: "unbounded", discard: true }).pipe(
+    // One after the other: each is a wait for a commit (`submitDurably`), so this fiber wakes
+    // once per commit still pending, where a fiber per wait would wake each, then this one to
+    // join them (every wake-up waits its turn in the run queue on a busy server).
+    yield* FiberSet.run(env.background, Effect.all(durable, { discard: true }).pipe(
       Effect.zipRight(Deferred.succeed(settled, undefined)),
       Effect.ensuring(Effect.sync(() => {
         if (session.unsettled.get(seqno) === settled) session.unsettled.delete(seqno)
