@@ -303,6 +303,9 @@ export const streamWithRetry = (
         const scope = yield* Scope.fork(outer, ExecutionStrategy.sequential)
         const held: Array<ResponseEvent> = []
         const attempts = retry + 1
+        // The attempt count rides on `Start` (the runner records it with the call).
+        const stamped = (event: ResponseEvent): ResponseEvent =>
+          attempts > 1 && event._tag === "Start" ? { ...event, attempts } : event
         // Taken straight from the attempt's mailbox (no pull-based stream stage in between).
         const primed = yield* Effect.gen(function*() {
           if (onEvents !== undefined) {
@@ -311,11 +314,10 @@ export const streamWithRetry = (
             // only ends or fails. A failure before anything went out is the attempt's, retried.
             let delivered = false
             const sink = (out: ReadonlyArray<ResponseEvent>) => {
-              if (!delivered) {
-                delivered = true
-                if (attempts > 1) out = out.map((event) => event._tag === "Start" ? { ...event, attempts } : event)
-              }
-              onEvents(out)
+              // Only the first delivery holds the `Start` events.
+              const first = !delivered
+              delivered = true
+              onEvents(first ? out.map(stamped) : out)
             }
             // The body is read from undici's callback: content may have gone out even when the
             // attempt itself then fails (its head's idle timeout firing as the head came in).
@@ -334,8 +336,7 @@ export const streamWithRetry = (
             const [chunk, done] = yield* events.takeAll
             let content = false
             for (const event of chunk) {
-              // The attempt count rides on `Start` (the runner records it with the call).
-              held.push(attempts > 1 && event._tag === "Start" ? { ...event, attempts } : event)
+              held.push(stamped(event))
               if (event._tag !== "Start") content = true
             }
             if (content) return done ? Stream.fromIterable(held) : Stream.concat(Stream.fromIterable(held), rest)

@@ -78,7 +78,7 @@ export const sendTurnEnd = (
     const checkpoint = projectTurn(env, session, turn, state)
     // A turn that follows on this stream builds on this checkpoint (its blobs are on their way).
     session.lastCheckpoint = checkpoint.checkpoint
-    const acks = yield* Effect.sync(() => sendBlobs(session, checkpoint.blobs))
+    const acks = sendBlobs(session, checkpoint.blobs)
     yield* write(session, end.messages)
     // A client whose input ended cannot acknowledge them: the turn ends without its checkpoint.
     if (session.inputEnded) acks.expire()

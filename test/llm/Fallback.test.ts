@@ -78,10 +78,10 @@ describe.each([["on the stream", false], ["through the fast path callback", true
       const result = yield* run(configOn(fake.baseUrl), "m", fastPath)
       expect(result._tag).toBe("Right")
       expect(modelsAsked(fake)).toEqual(["first-model", "first-model", "second-model"])
-      const done = doneOf(result._tag === "Right" ? result.right : [])
+      const events = result._tag === "Right" ? result.right : []
+      const done = doneOf(events)
       expect(done?.message).toMatchObject({ provider: "second", model: "second-model" })
       // One Start reaches the caller, before the content.
-      const events = result._tag === "Right" ? result.right : []
       expect(events.filter((e) => e._tag === "Start")).toHaveLength(1)
       expect(events[0]?._tag).toBe("Start")
     }))
