@@ -17,10 +17,9 @@ import { Readable } from "node:stream"
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage } from "./Dialect.js"
 import { BidiAppendRequestSchema, BidiAppendResponseSchema } from "./gen/aiserver/v1/aiserver_pb.js"
-import type { BidiAppendRequest } from "./gen/aiserver/v1/aiserver_pb.js"
 import { ClientGateway, Runner } from "./Runner.js"
 import { awaitSettled, dropHeld } from "./transport/Acks.js"
-import { accept, makeInputEnv, noServerWork } from "./transport/ClientInput.js"
+import { accept, acceptAtOnce, makeInputEnv, noServerWork } from "./transport/ClientInput.js"
 import { linkParent, parentLinkOf } from "./transport/Subagents.js"
 import { workerOf } from "./transport/Work.js"
 import { Web } from "./Web.js"
@@ -42,7 +41,7 @@ export { requestIdOf } from "./transport/Session.js"
 export interface TransportService {
   readonly options: TransportOptions
   /** Handles a BidiAppend body; answers with the (empty) response bytes or a Connect error. */
-  readonly bidiAppend: (body: Uint8Array, requestIdHeader: string | undefined, parent?: Dialect.ParentLink) => Effect.Effect<Uint8Array, ConnectError>
+  readonly bidiAppend: (body: Uint8Array, parent?: Dialect.ParentLink) => Effect.Effect<Uint8Array, ConnectError>
   /**
    * Opens the output of a RunSSE request body: attaching a sink gives it the frames (heartbeats
    * included), ending with end-stream; the attach returns the sink's detach.
@@ -69,6 +68,9 @@ export interface TransportService {
 /** Attaches a wire's sink to a request's output (`TurnChannel.attachSink`); returns its detach. */
 export type AttachOutput = (sink: FrameSink) => Effect.Effect<() => void>
 
+/** A BidiAppend's answer: the response message is empty. */
+const APPEND_RESPONSE = toBinary(BidiAppendResponseSchema, create(BidiAppendResponseSchema))
+
 export class Transport extends Context.Tag("cursor-byok/Transport")<Transport, TransportService>() {}
 
 export const make = Effect.gen(function*() {
@@ -83,7 +85,7 @@ export const make = Effect.gen(function*() {
   yield* FiberSet.run(background, Effect.repeat(Recovery.sweep(env), Schedule.spaced(Duration.millis(options.sweepIntervalMs))))
   yield* FiberSet.run(background, Effect.forever(Effect.flatMap(Queue.take(sessions.adoptions), (session) => Recovery.adoptHeld(env, session))))
 
-  const bidiAppend = (body: Uint8Array, requestIdHeader: string | undefined, parent?: Dialect.ParentLink) =>
+  const bidiAppend = (body: Uint8Array, parent?: Dialect.ParentLink) =>
     Effect.gen(function*() {
       let request
       try {
@@ -93,19 +95,20 @@ export const make = Effect.gen(function*() {
       }
       const requestId = request.requestId?.requestId ?? ""
       if (requestId === "") return yield* Effect.fail(new ConnectError("invalid_argument", "BidiAppendRequest.request_id is missing"))
-      // A subagent's run names its parent on its requests: the session keeps it before its run request is taken.
-      if (parent !== undefined) linkParent(yield* sessions.sessionFor(requestId), parent)
-      return yield* appendFor(request, requestId).pipe(Effect.annotateLogs({ requestId }))
-    }).pipe(Effect.annotateLogs({ requestId: requestIdHeader ?? "" }))
-
-  /** An append whose body named its request: the logs of its handling carry that id (the header may lack it). */
-  const appendFor = (request: BidiAppendRequest, requestId: string) =>
-    Effect.gen(function*() {
       if (request.appendSeqno < 0n || request.appendSeqno > BigInt(Number.MAX_SAFE_INTEGER)) {
         return yield* Effect.fail(new ConnectError("out_of_range", `append_seqno ${request.appendSeqno} is out of range`))
       }
+      // A subagent's run names its parent on its requests: the session keeps it before its run request is taken.
+      if (parent !== undefined) linkParent(yield* sessions.sessionFor(requestId), parent)
       const seqno = Number(request.appendSeqno)
       const decoded = Dialect.decodeBidiAppendRequest(request)
+      if (Either.isRight(decoded) && (yield* acceptAtOnce(env, requestId, seqno, decoded.right.message))) return APPEND_RESPONSE
+      return yield* appendFor(requestId, seqno, decoded).pipe(Effect.annotateLogs({ requestId }))
+    })
+
+  /** An append `acceptAtOnce` did not take: the logs of its handling carry its request id. */
+  const appendFor = (requestId: string, seqno: number, decoded: ReturnType<typeof Dialect.decodeBidiAppendRequest>) =>
+    Effect.gen(function*() {
       // Undecodable data still takes its seqno (the client will not send it again): logged, acknowledged, dropped.
       if (Either.isLeft(decoded)) yield* Effect.logWarning(`transport: append ${seqno} of ${requestId} dropped: ${decoded.left.message}`)
       const message: ClientMessage = Either.isRight(decoded)
@@ -114,7 +117,7 @@ export const make = Effect.gen(function*() {
       const accepted = yield* accept(env, requestId, seqno, message)
       // Outside the request's lock, so its other appends are not held up behind this one.
       if (accepted.settled !== undefined) yield* awaitSettled(env, accepted.session, seqno, accepted.settled)
-      return toBinary(BidiAppendResponseSchema, create(BidiAppendResponseSchema))
+      return APPEND_RESPONSE
     })
 
   /** A reader's session: a finished turn whose end a reader already received is a new turn on a reused id. */
@@ -145,7 +148,8 @@ export const make = Effect.gen(function*() {
     })
 
   const runMessage = (requestId: string, seqno: number, message: ClientMessage) =>
-    Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs({ requestId }))
+    Effect.flatMap(acceptAtOnce(env, requestId, seqno, message), (taken) =>
+      taken ? Effect.void : Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs({ requestId })))
 
   const runOutput = (requestId: string, parent?: Dialect.ParentLink) =>
     Effect.map(readerSession(requestId), (session) => {
@@ -221,7 +225,7 @@ export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter |
     const transport = yield* Transport
     yield* router.add("POST", "/aiserver.v1.BidiService/BidiAppend", (request) =>
       readBody(request, transport.options.bidiAppendMaxBytes).pipe(
-        Effect.flatMap((body) => transport.bidiAppend(body, request.headers["x-request-id"], parentLinkOf(request.headers))),
+        Effect.flatMap((body) => transport.bidiAppend(body, parentLinkOf(request.headers))),
         Effect.map((bytes) => HttpServerResponse.uint8Array(bytes, { contentType: "application/proto" })),
         Effect.catchAll((error) =>
           Effect.logWarning(`BidiAppend refused: ${error.code}: ${error.message}`).pipe(

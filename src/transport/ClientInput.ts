@@ -7,9 +7,10 @@
  * answers settle the turn end's blobs and the context reads. What it returns is the
  * acknowledgement to wait for (`Acks.ts`).
  */
-import { Clock, Deferred, Duration, Effect, FiberSet } from "effect"
+import { Clock, Deferred, Duration, Effect, Exit, FiberSet, Option } from "effect"
 import type { Context } from "effect"
 import * as Dialect from "../Dialect.js"
+import * as Metrics from "../Metrics.js"
 import type { ClientMessage, RunRequest } from "../Dialect.js"
 import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
 import { Input } from "../Loop.js"
@@ -154,6 +155,31 @@ const startWork = (env: InputEnv, session: Session, todo: WorkToDo): Effect.Effe
 /** A tool machine's next step after a client's answer or the server's work: more work (off the lock), or the result to submit. */
 const nextOf = (env: InputEnv, session: Session, durable: Array<Effect.Effect<void>>) => (step: ToolDone | WorkToDo | undefined): Effect.Effect<void> =>
   isWork(step) ? startWork(env, session, step) : submitToolDone(env, durable)(step)
+
+/**
+ * A KV answer that settles at once what waits on it: a blob read back, or a blob's
+ * acknowledgement (the last of a turn's writes its checkpoint). Undefined when the answer needs
+ * more (a log line: it failed, or matches nothing); nothing is changed then.
+ */
+const kvAtOnce = (session: Session, message: Extract<ClientMessage, { _tag: "KvResult" }>): (() => void) | undefined => {
+  const failed = message.error !== undefined && message.error !== ""
+  const read = session.blobReads.get(message.id)
+  if (read !== undefined) {
+    if (failed) return undefined
+    return () => {
+      session.correlation = Dialect.resolveKv(session.correlation, message.id).correlation
+      session.blobReads.delete(message.id)
+      Deferred.unsafeDone(read, Exit.succeed(message.data ?? new Uint8Array()))
+    }
+  }
+  const ack = session.blobAcks.get(message.id)
+  if (ack === undefined) return undefined
+  return () => {
+    session.correlation = Dialect.resolveKv(session.correlation, message.id).correlation
+    session.blobAcks.delete(message.id)
+    ack(!failed)
+  }
+}
 
 const onKvResult = (session: Session, message: Extract<ClientMessage, { _tag: "KvResult" }>) => {
   const resolved = Dialect.resolveKv(session.correlation, message.id)
@@ -310,6 +336,50 @@ const afterStart = (
     ))
   })
 
+/**
+ * The common append, taken in one step: a message that carries no input (a blob's
+ * acknowledgement, a heartbeat, an exec stream's liveness) for a live request, next in order,
+ * while no other message of the request is being taken. It is handed on and settled at once,
+ * under the request's lock when it is free (`withPermitsIfAvailable`), so its acknowledgement
+ * waits for nothing: `accept`'s general path costs some 300 Effect operations and a wait for
+ * the lock, and a turn's end brings one such append per blob. False when the message is not
+ * such a one; nothing was changed then, and `accept` takes it.
+ */
+export const acceptAtOnce = (env: InputEnv, requestId: string, seqno: number, message: ClientMessage): Effect.Effect<boolean> => {
+  if (!settlesAtOnce(message)) return Effect.succeed(false)
+  const session = env.sessions.get(requestId)
+  if (session === undefined) return Effect.succeed(false)
+  return Effect.clockWith((clock) =>
+    session.lock.withPermitsIfAvailable(1)(Effect.sync(() => takeAtOnce(session, seqno, message, env.options.appendWindow, clock.unsafeCurrentTimeMillis())))
+  ).pipe(Effect.map(Option.getOrElse(() => false)))
+}
+
+const settlesAtOnce = (message: ClientMessage): boolean =>
+  message._tag === "KvResult" || message._tag === "Heartbeat" || message._tag === "ExecHeartbeat" || message._tag === "ExecStreamClose"
+
+/** `acceptAtOnce`'s step, under the request's lock: what `accept` would do for such a message, or false with nothing changed. */
+const takeAtOnce = (session: Session, seqno: number, message: ClientMessage, window: number, nowMs: number): boolean => {
+  if (isEnded(session) || isReplay(session) || session.recovery.adoptFirstAppend) return false
+  // Only the next seqno with nothing held: a gap, a duplicate, a late or far append are `accept`'s.
+  if (seqno !== session.inbox.next || session.inbox.held.size > 0) return false
+  // A request that resumes another's turn answers that turn's KV requests (as `handle` does).
+  const settle = message._tag === "KvResult" ? kvAtOnce(session.resumeOf ?? session, message) : undefined
+  if (message._tag === "KvResult" && settle === undefined) return false
+  const offered = offer(session.inbox, seqno, { seqno, message, arrivedAtMs: nowMs }, window)
+  if (offered.verdict !== "delivered" || offered.ready.length !== 1) return false
+  session.lastActivityMs = nowMs
+  session.inputEnded = false
+  session.inbox = offered.inbox
+  settle?.()
+  Metrics.countAppend("at_once")
+  const waiting = session.unsettled.get(seqno)
+  if (waiting !== undefined) {
+    session.unsettled.delete(seqno)
+    Deferred.unsafeDone(waiting, Exit.void)
+  }
+  return true
+}
+
 /** The session an incoming message is for, and the acknowledgement to wait for (none: acknowledge at once). */
 export interface Accepted {
   readonly session: Session
@@ -324,6 +394,7 @@ export interface Accepted {
 export const accept = (env: InputEnv, requestId: string, seqno: number, message: ClientMessage): Effect.Effect<Accepted, ConnectError> =>
   Effect.gen(function*() {
     const { options } = env
+    Metrics.countAppend("general")
     // A first append far ahead of seqno 0 creates no session, unless the store knows the request (a restart).
     const farAheadOfNew = env.sessions.get(requestId) === undefined && seqno >= options.appendWindow
     if (farAheadOfNew && !(yield* Recovery.startedTurnBefore(env, requestId))) return yield* Effect.fail(Recovery.unknownRequestFarAhead(env, requestId, seqno))

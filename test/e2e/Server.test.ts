@@ -596,6 +596,28 @@ describe("Server end to end (real provider path)", () => {
       assert.isAtMost(after.actor - before.actor, 2)
     }))
 
+  it.scopedLive("a turn's blob acknowledgements are taken in one step each; its run request goes the general way, acknowledged once committed", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make()
+      const client = yield* clientFor(app)
+      const scrape = () =>
+        Effect.promise(async () => {
+          const text = await (await fetch(`${app.baseUrl}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()
+          const value = (path: string) => Number(new RegExp(`^byok_appends_total\\{path="${path}"\\} (\\S+)$`, "m").exec(text)?.[1] ?? 0)
+          return { atOnce: value("at_once"), general: value("general") }
+        })
+      const before = yield* scrape()
+      app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.pacedText(["one ", "two"], 5)))
+      const t = yield* Effect.promise(() => client.run({ conversationId: "conv-appends-at-once", text: "hi" }))
+      assertCleanOk(t)
+      const blobs = t.events.filter((e) => e.kind === "kv_set").length
+      assert.isAbove(blobs, 0)
+      assert.strictEqual(t.checkpoints.length, 1)
+      const after = yield* scrape()
+      assert.strictEqual(after.general - before.general, 1, "the run request")
+      assert.strictEqual(after.atOnce - before.atOnce, blobs)
+    }))
+
   it.scopedLive("measured (printed, not asserted): time to first delta and per-turn overhead", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make()
