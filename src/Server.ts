@@ -11,7 +11,6 @@ import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Effect, FiberRef, Layer, Option } from "effect"
 import { URGENT } from "./internal/Scheduler.js"
-import { createServer } from "node:http"
 import type { ConfigSource, ServerConfig } from "./Config.js"
 import * as Live from "./config/Live.js"
 import { LiveConfig } from "./config/Live.js"
@@ -30,6 +29,7 @@ import * as Store from "./Store.js"
 import * as Tools from "./Tools.js"
 import * as Transport from "./Transport.js"
 import * as Web from "./Web.js"
+import * as Front from "./transport/Front.js"
 import * as SideRpcs from "./transport/SideRpcs.js"
 
 /** A tool call's kind, and whether a restart may run it again (reads) or must not (shell, writes, MCP). */
@@ -87,11 +87,18 @@ export const listenOptions = (port: number, host: string) => ({ port, host, back
  * and reuses its connections rather than opening new ones.
  */
 export const makeHttpServer = () => {
-  const server = createServer()
+  const server = new Front.FrontedServer()
   server.keepAliveTimeout = 65_000
   server.headersTimeout = 66_000
   return server
 }
+
+/** The Effect HTTP server on `server`, listening, with the server as the front the transport installs BidiAppend on (`transport/Front.ts`). */
+export const layerHttpOn = (server: Front.FrontedServer, options: ReturnType<typeof listenOptions>) =>
+  Layer.merge(NodeHttpServer.layer(() => server, options), Layer.succeed(Front.HttpFront, server))
+
+/** `layerHttpOn` a new `makeHttpServer`. */
+export const layerHttp = (options: ReturnType<typeof listenOptions>) => Layer.unwrapEffect(Effect.sync(() => layerHttpOn(makeHttpServer(), options)))
 
 /*
  * The options below read the running configuration (`LiveConfig`) at each use, through getters
@@ -189,7 +196,7 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
   const http = HttpMiddleware.withTracerDisabledWhen(HttpLayerRouter.serve(routes, { disableLogger: true }), () => true).pipe(
     Layer.locally(FiberRef.currentSchedulingPriority, URGENT)
   )
-  return http.pipe(
+  return Layer.merge(http, Front.layer).pipe(
     Layer.provide(Recovery),
     Layer.provideMerge(Transport.layer),
     Layer.provideMerge(core),
@@ -233,7 +240,7 @@ export const layer = (config: ServerConfig, source?: ConfigSource) =>
       : Hookup.layerProxy(config, authority, dispatch).pipe(Layer.provide(listeners))
     return Layer.merge(proxy, listeners).pipe(
       Layer.provideMerge(source === undefined ? layerApp(config) : layerAppWatched(config, source)),
-      Layer.provideMerge(NodeHttpServer.layer(() => httpServer, listenOptions(config.port, config.host))),
+      Layer.provideMerge(layerHttpOn(httpServer, listenOptions(config.port, config.host))),
       Layer.provide(NodeHttpClient.dispatcherLayer)
     )
   }))

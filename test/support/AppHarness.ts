@@ -19,7 +19,7 @@
  * `Config.loadFrom`, as `serve` reads it, and the file is watched: `writeConfig` changes it.
  */
 import { HttpServer } from "@effect/platform"
-import { NodeContext, NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
+import { NodeContext, NodeHttpClient } from "@effect/platform-node"
 import { Context, Effect, Exit, FiberRef, Layer, Logger, LogLevel, Option, Schema, Scope } from "effect"
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -136,7 +136,7 @@ export const make = (options: AppHarnessOptions = {}): Effect.Effect<AppHarness,
     const tls = yield* Hookup.listenerTls(config, undefined).pipe(Effect.provide(NodeContext.layer), Effect.orDie)
     const app = Run.layer({ host: "127.0.0.1", cleartextPort: 0, tls }).pipe(Layer.orDie,
       Layer.provideMerge(source === undefined ? Server.layerApp(config) : Server.layerAppWatched(config, source)),
-      Layer.provideMerge(NodeHttpServer.layer(Server.makeHttpServer, Server.listenOptions(0, "127.0.0.1"))),
+      Layer.provideMerge(Server.layerHttp(Server.listenOptions(0, "127.0.0.1"))),
       Layer.provide(NodeHttpClient.dispatcherLayer),
       Layer.provide(NodeContext.layer)
     )

@@ -4,14 +4,14 @@
  * in-memory Store and the scripted fake `Llm` of `FakeRuntime.ts`. Only the model is fake.
  */
 import { HttpLayerRouter, HttpServer } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { Context, Effect, Exit, FiberRef, Layer, LogLevel, Ref, Scope } from "effect"
 import * as Dialect from "../../src/Dialect.js"
 import * as Runner from "../../src/Runner.js"
-import { listenOptions, makeHttpServer } from "../../src/Server.js"
+import { layerHttp, listenOptions } from "../../src/Server.js"
 import * as Store from "../../src/Store.js"
 import * as Tools from "../../src/Tools.js"
 import * as Transport from "../../src/Transport.js"
+import * as Front from "../../src/transport/Front.js"
 import * as Run from "../../src/transport/Run.js"
 import { makeFakeLlm } from "./FakeRuntime.js"
 import type { LlmCallRecord, Script } from "./FakeRuntime.js"
@@ -30,6 +30,8 @@ export interface HarnessOptions {
   readonly tls?: { readonly port: number; readonly cert: string | Buffer; readonly key: string | Buffer }
   /** A Store other than a private in-memory SQLite database. */
   readonly store?: Layer.Layer<Store.Store, Store.StoreError>
+  /** Take BidiAppends in front of the Effect HTTP server (`transport/Front.ts`), as the server does (default); false: through its route. */
+  readonly front?: boolean
 }
 
 export interface Harness {
@@ -81,13 +83,14 @@ export const testTransportOptions = (overrides: Partial<Transport.TransportOptio
 export const make = (options: HarnessOptions = {}): Effect.Effect<Harness, never, Scope.Scope> =>
   Effect.gen(function*() {
     const llm = yield* makeFakeLlm(options.scripts ?? [], options.respond)
-    const services = HttpLayerRouter.serve(Transport.layerRoutes, { disableLogger: true, disableListenLog: true }).pipe(
+    const routes = HttpLayerRouter.serve(Transport.layerRoutes, { disableLogger: true, disableListenLog: true })
+    const services = (options.front === false ? routes : Layer.merge(routes, Front.layer)).pipe(
       Layer.provideMerge(Run.layer({ host: "127.0.0.1", cleartextPort: 0, tls: options.tls })),
       Layer.provideMerge(Transport.layer),
       Layer.provideMerge(Runner.layer(runnerOptions)),
       Layer.provideMerge(Transport.layerSessions(testTransportOptions(options.transport))),
       Layer.provideMerge(Layer.merge(options.store ?? Store.layerMemory, llm.layer)),
-      Layer.provideMerge(NodeHttpServer.layer(makeHttpServer, listenOptions(0, "127.0.0.1")))
+      Layer.provideMerge(layerHttp(listenOptions(0, "127.0.0.1")))
     )
     const context = yield* Layer.build(services).pipe(
       Effect.orDie,
