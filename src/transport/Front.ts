@@ -1,15 +1,18 @@
 /**
- * THE BIDIAPPEND FRONT. BidiAppend is the server's most frequent request: a turn's run request,
- * one append per blob at its end, a heartbeat a second, each tool result. Through the Effect
- * HTTP server (`HttpLayerRouter`) a request costs ~250 µs of CPU before and after its handler
- * (a fiber with the server's context, the router, the request and response wrappers; measured
- * with a scratch load of heartbeat appends: ~550 µs of CPU per append in all, 43% of it in the
- * Effect runtime). Here Node's request goes to the transport directly: its body is read by
- * `readNodeBody`, `Transport.bidiAppend` runs in a fiber of the request's own (urgent, as every
- * request's: `internal/Scheduler.ts`), and the answer is written on Node's response. Every
- * other request, and a BidiAppend that comes while no front is installed, goes to the Effect
- * server as before, with the same answers: 200 with the response bytes, or a Connect error as
- * JSON with its HTTP status.
+ * THE AGENT FRONT. BidiAppend is the server's most frequent request (a turn's run request, one
+ * append per blob at its end, a heartbeat a second, each tool result) and RunSSE carries every
+ * frame of a turn. Through the Effect HTTP server (`HttpLayerRouter`) a request costs ~250 µs
+ * of CPU before and after its handler (a fiber with the server's context, the router, the
+ * request and response wrappers; measured with a scratch load of heartbeat appends: ~550 µs of
+ * CPU per append in all, 43% of it in the Effect runtime), and a RunSSE body went through a
+ * Node `Readable` piped to the socket. Here Node's request goes to the transport directly: its
+ * body is read by `readNodeBody`, the transport's effect runs in a fiber of the request's own
+ * (urgent, as every request's: `internal/Scheduler.ts`), an append's answer is written on
+ * Node's response, and a turn's frames are written to it by the turn's sink itself. Every
+ * other request, and these when no front is installed, go to the Effect server as before, with
+ * the same answers: for BidiAppend 200 with the response bytes or a Connect error as JSON with
+ * its HTTP status; for RunSSE the event stream, or 200 with one end-stream frame carrying the
+ * error.
  *
  * Node's server emits each request once, to every `request` listener; a listener cannot take a
  * request from another. `FrontedServer` overrides `emit` for `request` events, so that the
@@ -20,13 +23,15 @@ import type { Fiber } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { Server as HttpServer } from "node:http"
 import { URGENT } from "../internal/Scheduler.js"
-import { Transport } from "../Transport.js"
+import { joinFrames, Transport } from "../Transport.js"
 import type { TransportService } from "../Transport.js"
 import { readNodeBody } from "./Body.js"
-import { ConnectError, httpStatusOf } from "./Connect.js"
+import { ConnectError, endStreamFrame, httpStatusOf } from "./Connect.js"
 import { parentLinkOf } from "./Subagents.js"
+import type { FrameSink } from "./TurnChannel.js"
 
 export const BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
+export const RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
 
 /** Forks an effect in the front's fiber set (`FiberSet.makeRuntime`). */
 type RunFork = <A, E>(effect: Effect.Effect<A, E, never>) => Fiber.RuntimeFiber<A, E>
@@ -53,10 +58,11 @@ const answer = (response: ServerResponse, status: number, contentType: string, b
   response.end(body)
 }
 
-/** A refused append: its Connect error as JSON with its HTTP status, and a warning in the log (as the Effect route did). */
-const refuse = (runFork: RunFork, request: IncomingMessage, response: ServerResponse, error: ConnectError) => {
-  answer(response, httpStatusOf(error.code), "application/json", JSON.stringify(error.toJson()))
-  runFork(Effect.logWarning(`BidiAppend refused: ${error.code}: ${error.message}`).pipe(
+/** A refused request: its answer, and a warning in the log (as the Effect routes did). */
+const refuse = (runFork: RunFork, request: IncomingMessage, response: ServerResponse, what: string, error: ConnectError) => {
+  if (what === "RunSSE") answer(response, 200, "application/connect+proto", endStreamFrame(error))
+  else answer(response, httpStatusOf(error.code), "application/json", JSON.stringify(error.toJson()))
+  runFork(Effect.logWarning(`${what} refused: ${error.code}: ${error.message}`).pipe(
     Effect.annotateLogs({ requestId: headerOf(request, "x-request-id") })
   ))
 }
@@ -66,34 +72,77 @@ const headerOf = (request: IncomingMessage, name: string): string => {
   return typeof value === "string" ? value : ""
 }
 
-/** The front's handler: BidiAppend by POST, through `transport.bidiAppend`. */
+/**
+ * Runs `effect` for a request in its own fiber: stopped when the client goes away first; a
+ * Connect error is refused, a defect answered `internal` and logged; `onSuccess` answers.
+ */
+const serve = <A>(runFork: RunFork, request: IncomingMessage, response: ServerResponse, what: string, effect: Effect.Effect<A, ConnectError>, onSuccess: (value: A) => void) => {
+  const fiber = runFork(effect)
+  const onClose = () => {
+    if (!response.writableEnded) fiber.unsafeInterruptAsFork(fiber.id())
+  }
+  response.once("close", onClose)
+  fiber.addObserver((exit) => {
+    response.off("close", onClose)
+    if (Exit.isSuccess(exit)) return onSuccess(exit.value)
+    const failure = Cause.failureOption(exit.cause)
+    if (Option.isSome(failure)) return refuse(runFork, request, response, what, failure.value)
+    if (response.destroyed || Cause.isInterruptedOnly(exit.cause)) return
+    const error = new ConnectError("internal", `the ${what} request could not be handled`)
+    if (what === "RunSSE") answer(response, 200, "application/connect+proto", endStreamFrame(error))
+    else answer(response, 500, "application/json", JSON.stringify(error.toJson()))
+    runFork(Effect.logError(`${what} failed`, exit.cause))
+  })
+}
+
+/** BidiAppend: the append's answer. */
+const bidiAppend = (transport: TransportService, runFork: RunFork, request: IncomingMessage, response: ServerResponse) =>
+  readNodeBody(request, transport.options.bidiAppendMaxBytes, (body) => {
+    if (body instanceof ConnectError) return refuse(runFork, request, response, "BidiAppend", body)
+    serve(runFork, request, response, "BidiAppend", transport.bidiAppend(body, parentLinkOf(request.headers)), (bytes) =>
+      answer(response, 200, "application/proto", bytes))
+  })
+
+/**
+ * RunSSE: the turn's frames, written to Node's response by the turn's sink as they come (the
+ * first, a heartbeat or the backlog, at once: it sends the headers). The sink is detached when
+ * the connection closes; the turn goes on for the next reader.
+ */
+const runSse = (transport: TransportService, runFork: RunFork, request: IncomingMessage, response: ServerResponse) =>
+  readNodeBody(request, transport.options.runSseMaxBytes, (body) => {
+    if (body instanceof ConnectError) return refuse(runFork, request, response, "RunSSE", body)
+    const sink: FrameSink = {
+      write: (frames) => {
+        if (!response.writableEnded && !response.destroyed) response.write(joinFrames(frames))
+      },
+      end: () => {
+        if (!response.writableEnded && !response.destroyed) response.end()
+      }
+    }
+    const attached = Effect.flatMap(transport.runSse(body, parentLinkOf(request.headers)), (attach) =>
+      Effect.suspend(() => {
+        response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", "connect-protocol-version": "1" })
+        return attach(sink)
+      }))
+    serve(runFork, request, response, "RunSSE", attached, (detach) => {
+      if (response.destroyed) return detach()
+      response.once("close", detach)
+    })
+  })
+
+/** The front's handler: BidiAppend and RunSSE by POST. */
 export const makeFront = (transport: TransportService, runFork: RunFork): FrontHandler => (request, response) => {
   if (request.method !== "POST") return false
   const url = request.url ?? ""
   const query = url.indexOf("?")
-  if ((query === -1 ? url : url.slice(0, query)) !== BIDI_APPEND_PATH) return false
-  readNodeBody(request, transport.options.bidiAppendMaxBytes, (body) => {
-    if (body instanceof ConnectError) return refuse(runFork, request, response, body)
-    const fiber = runFork(transport.bidiAppend(body, parentLinkOf(request.headers)))
-    // The client went away: stop this append's work (what it handed on goes on).
-    const onClose = () => {
-      if (!response.writableEnded) fiber.unsafeInterruptAsFork(fiber.id())
-    }
-    response.once("close", onClose)
-    fiber.addObserver((exit) => {
-      response.off("close", onClose)
-      if (Exit.isSuccess(exit)) return answer(response, 200, "application/proto", exit.value)
-      const failure = Cause.failureOption(exit.cause)
-      if (Option.isSome(failure)) return refuse(runFork, request, response, failure.value)
-      if (response.destroyed || Cause.isInterruptedOnly(exit.cause)) return
-      answer(response, 500, "application/json", JSON.stringify(new ConnectError("internal", "the append could not be handled").toJson()))
-      runFork(Effect.logError("BidiAppend failed", exit.cause))
-    })
-  })
+  const path = query === -1 ? url : url.slice(0, query)
+  if (path === BIDI_APPEND_PATH) bidiAppend(transport, runFork, request, response)
+  else if (path === RUN_SSE_PATH) runSse(transport, runFork, request, response)
+  else return false
   return true
 }
 
-/** Installs the BidiAppend front on the server's `HttpFront`, when it has one, until the scope closes. */
+/** Installs the agent front on the server's `HttpFront`, when it has one, until the scope closes. */
 export const layer: Layer.Layer<never, never, Transport> = Layer.scopedDiscard(Effect.gen(function*() {
   const front = yield* Effect.serviceOption(HttpFront)
   if (Option.isNone(front)) return

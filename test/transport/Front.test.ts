@@ -1,18 +1,19 @@
 /**
- * The BidiAppend front (`transport/Front.ts`): it takes POSTs to BidiAppend before the Effect
- * HTTP server sees them, leaves every other request to it, answers exactly as the Effect route
- * does, and stops an append's work when its client goes away.
+ * The agent front (`transport/Front.ts`): it takes POSTs to BidiAppend and RunSSE before the
+ * Effect HTTP server sees them, leaves every other request to it, answers exactly as the Effect
+ * routes do, and stops a request's work (or detaches a turn's reader) when its client goes away.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect } from "effect"
+import { Deferred, Effect, Exit } from "effect"
 import type { Fiber } from "effect"
 import type { AddressInfo } from "node:net"
 import * as http from "node:http"
 import { gzipSync } from "node:zlib"
 import type { TransportService } from "../../src/Transport.js"
 import { ConnectError } from "../../src/transport/Connect.js"
-import { BIDI_APPEND_PATH, FrontedServer, makeFront } from "../../src/transport/Front.js"
-import { bidiAppendBody, clientHeartbeat, runRequestMessage } from "../support/CursorClient.js"
+import { BIDI_APPEND_PATH, FrontedServer, makeFront, RUN_SSE_PATH } from "../../src/transport/Front.js"
+import type { FrameSink } from "../../src/transport/TurnChannel.js"
+import { bidiAppendBody, clientHeartbeat, envelope, runRequestMessage } from "../support/CursorClient.js"
 import type { RawResponse } from "../support/CursorClient.js"
 import { clientFor } from "../support/Transcripts.js"
 import { text, usage } from "../support/FakeRuntime.js"
@@ -30,13 +31,13 @@ const request = (port: number, method: string, path: string, body: Uint8Array | 
   })
 
 /** A FrontedServer on an ephemeral port with `transport`'s front and a listener that records what the front left. */
-const frontedServer = (bidiAppend: TransportService["bidiAppend"], limit = 1024) =>
+const frontedServer = (bidiAppend: TransportService["bidiAppend"], limit = 1024, runSse?: TransportService["runSse"]) =>
   Effect.acquireRelease(
     Effect.async<{ readonly port: number; readonly left: Array<string>; readonly server: http.Server }>((resume) => {
       const server = new FrontedServer()
       const left: Array<string> = []
       const runFork = <A, E>(effect: Effect.Effect<A, E>) => Effect.runFork(effect) as Fiber.RuntimeFiber<A, E>
-      server.front = makeFront({ bidiAppend, options: { bidiAppendMaxBytes: limit } } as unknown as TransportService, runFork)
+      server.front = makeFront({ bidiAppend, runSse, options: { bidiAppendMaxBytes: limit, runSseMaxBytes: limit } } as unknown as TransportService, runFork)
       server.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
         left.push(`${req.method} ${req.url}`)
         req.resume()
@@ -50,8 +51,8 @@ const frontedServer = (bidiAppend: TransportService["bidiAppend"], limit = 1024)
     })
   )
 
-describe("The BidiAppend front", () => {
-  it.scopedLive("takes POST BidiAppend (with or without a query) and leaves every other request to the Effect server", () =>
+describe("The agent front", () => {
+  it.scopedLive("takes POST BidiAppend (with or without a query) and leaves every other request but RunSSE to the Effect server", () =>
     Effect.gen(function*() {
       const bodies: Array<Uint8Array> = []
       const { port, left } = yield* frontedServer((body) => Effect.sync(() => {
@@ -64,10 +65,10 @@ describe("The BidiAppend front", () => {
       assert.strictEqual(taken.headers["content-type"], "application/proto")
       assert.strictEqual((yield* Effect.promise(() => request(port, "POST", `${BIDI_APPEND_PATH}?x=1`, gzipSync(body), { "content-encoding": "gzip" }))).status, 200)
       assert.deepStrictEqual(bodies, [body, body])
-      for (const [method, path] of [["GET", BIDI_APPEND_PATH], ["POST", "/agent.v1.AgentService/RunSSE"], ["POST", `${BIDI_APPEND_PATH}/x`], ["GET", "/healthz"]] as const) {
+      for (const [method, path] of [["GET", BIDI_APPEND_PATH], ["GET", RUN_SSE_PATH], ["POST", "/agent.v1.AgentService/Run"], ["POST", `${BIDI_APPEND_PATH}/x`], ["GET", "/healthz"]] as const) {
         assert.strictEqual((yield* Effect.promise(() => request(port, method, path, method === "POST" ? body : undefined))).status, 404)
       }
-      assert.deepStrictEqual(left, [`GET ${BIDI_APPEND_PATH}`, "POST /agent.v1.AgentService/RunSSE", `POST ${BIDI_APPEND_PATH}/x`, "GET /healthz"])
+      assert.deepStrictEqual(left, [`GET ${BIDI_APPEND_PATH}`, `GET ${RUN_SSE_PATH}`, "POST /agent.v1.AgentService/Run", `POST ${BIDI_APPEND_PATH}/x`, "GET /healthz"])
     }))
 
   it.scopedLive("a refusal is the Connect error as JSON with its status; a defect is an internal error; neither reaches the Effect server", () =>
@@ -97,6 +98,59 @@ describe("The BidiAppend front", () => {
       yield* Deferred.await(started)
       sent.destroy()
       yield* Deferred.await(interrupted).pipe(Effect.timeout("5 seconds"))
+    }))
+
+  it.scopedLive("RunSSE: the turn's frames are written as the sink gets them, then the stream ends; a client that goes away detaches its sink", () =>
+    Effect.gen(function*() {
+      const detached = yield* Deferred.make<void>()
+      const sinks: Array<FrameSink> = []
+      const { port, left } = yield* frontedServer(() => Effect.never, 1024, () =>
+        Effect.succeed((sink: FrameSink) => Effect.sync(() => {
+          sinks.push(sink)
+          sink.write([new Uint8Array([1, 2])])
+          return () => void Deferred.unsafeDone(detached, Exit.void)
+        })))
+      // A stream that the turn ends.
+      const ended = request(port, "POST", RUN_SSE_PATH, new Uint8Array([0]))
+      while (sinks.length < 1) yield* Effect.sleep("5 millis")
+      sinks[0]!.write([new Uint8Array([3]), new Uint8Array([4, 5])])
+      sinks[0]!.end()
+      const response = yield* Effect.promise(() => ended)
+      assert.strictEqual(response.status, 200)
+      assert.strictEqual(response.headers["content-type"], "text/event-stream")
+      assert.strictEqual(response.headers["connect-protocol-version"], "1")
+      assert.deepStrictEqual([...response.body], [1, 2, 3, 4, 5])
+      // A client that goes away.
+      const sent = http.request({ host: "127.0.0.1", port, path: RUN_SSE_PATH, method: "POST" }, (r) => r.resume())
+      sent.on("error", () => undefined)
+      sent.end(new Uint8Array([0]))
+      while (sinks.length < 2) yield* Effect.sleep("5 millis")
+      sent.destroy()
+      yield* Deferred.await(detached).pipe(Effect.timeout("5 seconds"))
+      assert.deepStrictEqual(left, [])
+    }))
+
+  it.scopedLive("RunSSE refused: 200 with one end-stream frame carrying the error, through the front as through the route", () =>
+    Effect.gen(function*() {
+      const answersOf = (front: boolean) =>
+        Effect.scoped(Effect.gen(function*() {
+          const harness = yield* ServerHarness.make({ front, transport: { runSseMaxBytes: 64 } })
+          const client = yield* clientFor(harness)
+          const post = (body: Uint8Array) =>
+            Effect.promise(() => client.post(RUN_SSE_PATH, body)).pipe(
+              Effect.map((r) => `${r.status} ${r.headers["content-type"]} ${Buffer.from(r.body).toString("hex")}`)
+            )
+          return [
+            yield* post(new Uint8Array()),
+            yield* post(new Uint8Array([0, 0, 0])),
+            yield* post(envelope(0, new Uint8Array([0x0c]))),
+            yield* post(envelope(0, new Uint8Array())),
+            yield* post(new Uint8Array(65))
+          ]
+        }))
+      const front = yield* answersOf(true)
+      assert.deepStrictEqual(front, yield* answersOf(false))
+      for (const answer of front) assert.match(answer, /^200 application\/connect\+proto 02/)
     }))
 
   it.scopedLive("through the front and through the Effect route, the same appends get the same answers", () =>
