@@ -573,16 +573,18 @@ describe("Server end to end (real provider path)", () => {
       }
     }))
 
+  /** Counter `name` by its `path` label, read from the server's `/metrics` now. */
+  const counters = (baseUrl: string, name: string) =>
+    Effect.promise(async () => {
+      const text = await (await fetch(`${baseUrl}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()
+      return (path: string) => Number(new RegExp(`^${name}\\{path="${path}"\\} (\\S+)$`, "m").exec(text)?.[1] ?? 0)
+    })
+
   it.scopedLive("an answer streamed from a real provider connection takes the fast path from its first content on; only what commits goes through the actor", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make()
       const client = yield* clientFor(app)
-      const scrape = () =>
-        Effect.promise(async () => {
-          const text = await (await fetch(`${app.baseUrl}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()
-          const value = (path: string) => Number(new RegExp(`^byok_stream_events_total\\{path="${path}"\\} (\\S+)$`, "m").exec(text)?.[1] ?? 0)
-          return { fast: value("fast"), actor: value("actor") }
-        })
+      const scrape = () => Effect.map(counters(app.baseUrl, "byok_stream_events_total"), (value) => ({ fast: value("fast"), actor: value("actor") }))
       const before = yield* scrape()
       const words = Array.from({ length: 10 }, (_, k) => `w${k} `)
       app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.pacedText(words, 20)))
@@ -600,12 +602,7 @@ describe("Server end to end (real provider path)", () => {
     Effect.gen(function*() {
       const app = yield* AppHarness.make()
       const client = yield* clientFor(app)
-      const scrape = () =>
-        Effect.promise(async () => {
-          const text = await (await fetch(`${app.baseUrl}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()
-          const value = (path: string) => Number(new RegExp(`^byok_appends_total\\{path="${path}"\\} (\\S+)$`, "m").exec(text)?.[1] ?? 0)
-          return { atOnce: value("at_once"), general: value("general") }
-        })
+      const scrape = () => Effect.map(counters(app.baseUrl, "byok_appends_total"), (value) => ({ atOnce: value("at_once"), general: value("general") }))
       const before = yield* scrape()
       app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.pacedText(["one ", "two"], 5)))
       const t = yield* Effect.promise(() => client.run({ conversationId: "conv-appends-at-once", text: "hi" }))
