@@ -49,7 +49,7 @@ export class FrontedServer extends HttpServer {
   }
 }
 
-/** The server's front, where the transport installs its BidiAppend handler (absent: every request goes the Effect way). */
+/** The server's front, where the transport installs its handler (absent: every request goes the Effect way). */
 export class HttpFront extends Context.Tag("cursor-byok/HttpFront")<HttpFront, FrontedServer>() {}
 
 const answer = (response: ServerResponse, status: number, contentType: string, body: Uint8Array | string) => {
@@ -58,10 +58,17 @@ const answer = (response: ServerResponse, status: number, contentType: string, b
   response.end(body)
 }
 
+type Route = "BidiAppend" | "RunSSE"
+
+/** A Connect error as each route answers it: RunSSE 200 with one end-stream frame, BidiAppend JSON with its HTTP status. */
+const answerError = (response: ServerResponse, what: Route, error: ConnectError) =>
+  what === "RunSSE"
+    ? answer(response, 200, "application/connect+proto", endStreamFrame(error))
+    : answer(response, httpStatusOf(error.code), "application/json", JSON.stringify(error.toJson()))
+
 /** A refused request: its answer, and a warning in the log (as the Effect routes did). */
-const refuse = (runFork: RunFork, request: IncomingMessage, response: ServerResponse, what: string, error: ConnectError) => {
-  if (what === "RunSSE") answer(response, 200, "application/connect+proto", endStreamFrame(error))
-  else answer(response, httpStatusOf(error.code), "application/json", JSON.stringify(error.toJson()))
+const refuse = (runFork: RunFork, request: IncomingMessage, response: ServerResponse, what: Route, error: ConnectError) => {
+  answerError(response, what, error)
   runFork(Effect.logWarning(`${what} refused: ${error.code}: ${error.message}`).pipe(
     Effect.annotateLogs({ requestId: headerOf(request, "x-request-id") })
   ))
@@ -76,7 +83,7 @@ const headerOf = (request: IncomingMessage, name: string): string => {
  * Runs `effect` for a request in its own fiber: stopped when the client goes away first; a
  * Connect error is refused, a defect answered `internal` and logged; `onSuccess` answers.
  */
-const serve = <A>(runFork: RunFork, request: IncomingMessage, response: ServerResponse, what: string, effect: Effect.Effect<A, ConnectError>, onSuccess: (value: A) => void) => {
+const serve = <A>(runFork: RunFork, request: IncomingMessage, response: ServerResponse, what: Route, effect: Effect.Effect<A, ConnectError>, onSuccess: (value: A) => void) => {
   const fiber = runFork(effect)
   const onClose = () => {
     if (!response.writableEnded) fiber.unsafeInterruptAsFork(fiber.id())
@@ -88,9 +95,7 @@ const serve = <A>(runFork: RunFork, request: IncomingMessage, response: ServerRe
     const failure = Cause.failureOption(exit.cause)
     if (Option.isSome(failure)) return refuse(runFork, request, response, what, failure.value)
     if (response.destroyed || Cause.isInterruptedOnly(exit.cause)) return
-    const error = new ConnectError("internal", `the ${what} request could not be handled`)
-    if (what === "RunSSE") answer(response, 200, "application/connect+proto", endStreamFrame(error))
-    else answer(response, 500, "application/json", JSON.stringify(error.toJson()))
+    answerError(response, what, new ConnectError("internal", `the ${what} request could not be handled`))
     runFork(Effect.logError(`${what} failed`, exit.cause))
   })
 }
