@@ -93,7 +93,7 @@ export const makeHttpServer = () => {
   return server
 }
 
-/** The Effect HTTP server on `server`, listening, with the server as the front the transport installs BidiAppend on (`transport/Front.ts`). */
+/** The Effect HTTP server on `server`, listening, with the server as the front the transport installs its handler on (`transport/Front.ts`). */
 export const layerHttpOn = (server: Front.FrontedServer, options: ReturnType<typeof listenOptions>) =>
   Layer.merge(NodeHttpServer.layer(() => server, options), Layer.succeed(Front.HttpFront, server))
 

@@ -68,6 +68,10 @@ export interface TransportService {
 /** Attaches a wire's sink to a request's output (`TurnChannel.attachSink`); returns its detach. */
 export type AttachOutput = (sink: FrameSink) => Effect.Effect<() => void>
 
+/** The agent routes' paths (served by `layerRoutes`, and by the front in `transport/Front.ts`). */
+export const BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
+export const RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
+
 /** A BidiAppend's answer: the response message is empty. */
 const APPEND_RESPONSE = toBinary(BidiAppendResponseSchema, create(BidiAppendResponseSchema))
 
@@ -223,7 +227,7 @@ const streamError = (error: ConnectError) =>
 export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter | Transport> = HttpLayerRouter.use((router) =>
   Effect.gen(function*() {
     const transport = yield* Transport
-    yield* router.add("POST", "/aiserver.v1.BidiService/BidiAppend", (request) =>
+    yield* router.add("POST", BIDI_APPEND_PATH, (request) =>
       readBody(request, transport.options.bidiAppendMaxBytes).pipe(
         Effect.flatMap((body) => transport.bidiAppend(body, parentLinkOf(request.headers))),
         Effect.map((bytes) => HttpServerResponse.uint8Array(bytes, { contentType: "application/proto" })),
@@ -233,7 +237,7 @@ export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter |
             Effect.as(unaryError(error))
           ))
       ))
-    yield* router.add("POST", "/agent.v1.AgentService/RunSSE", (request) =>
+    yield* router.add("POST", RUN_SSE_PATH, (request) =>
       readBody(request, transport.options.runSseMaxBytes).pipe(
         Effect.flatMap((body) => transport.runSse(body, parentLinkOf(request.headers))),
         Effect.flatMap(sseBody),

@@ -15,15 +15,33 @@ import { ConnectError, decodeUnaryBody } from "./Connect.js"
 /** How much of an oversized body is read and dropped before the connection is cut instead. */
 const DRAIN_LIMIT = 64 * 1024 * 1024
 
+/** A body whose declared length is past the limit: refused before it is read. */
+const declaredPastLimit = (headers: { readonly [name: string]: unknown }, limit: number): ConnectError | undefined => {
+  const declared = Number(headers["content-length"] ?? Number.NaN)
+  return Number.isFinite(declared) && declared > limit
+    ? new ConnectError("resource_exhausted", `request body of ${declared} bytes exceeds the limit of ${limit}`)
+    : undefined
+}
+
+/** Past the limit the rest is read and dropped (the client gets the error, not a reset); this far past it, the body is cut off. */
+const cutOff = (size: number, limit: number): ConnectError | undefined =>
+  size > limit + DRAIN_LIMIT ? new ConnectError("resource_exhausted", `request body exceeds the limit of ${limit} bytes`) : undefined
+
+/** The chunks kept (those within the limit) of a body of `size` bytes, joined and gzip undone, or the error to answer. */
+const wholeBody = (chunks: ReadonlyArray<Uint8Array>, size: number, limit: number, contentEncoding: string | undefined): Uint8Array | ConnectError => {
+  if (size > limit) return new ConnectError("resource_exhausted", `request body of ${size} bytes exceeds the limit of ${limit}`)
+  // A copy, also of a single chunk: a view would keep the socket's read buffer alive with it.
+  const whole = Buffer.concat(chunks, size)
+  return decodeUnaryBody(new Uint8Array(whole.buffer, whole.byteOffset, whole.byteLength), contentEncoding, limit)
+}
+
 /**
  * Reads `request`'s body up to `limit` bytes (after gzip) and calls `done` once, with the bytes
  * or the Connect error to answer with. Plain stream events: no fiber, no stream per body.
  */
 export const readNodeBody = (request: IncomingMessage, limit: number, done: (body: Uint8Array | ConnectError) => void): void => {
-  const declared = Number(request.headers["content-length"] ?? Number.NaN)
-  if (Number.isFinite(declared) && declared > limit) {
-    return done(new ConnectError("resource_exhausted", `request body of ${declared} bytes exceeds the limit of ${limit}`))
-  }
+  const refused = declaredPastLimit(request.headers, limit)
+  if (refused !== undefined) return done(refused)
   const chunks: Array<Buffer> = []
   let size = 0
   let finished = false
@@ -38,18 +56,14 @@ export const readNodeBody = (request: IncomingMessage, limit: number, done: (bod
   }
   const onData = (chunk: Buffer) => {
     size += chunk.length
-    if (size <= limit) chunks.push(chunk)
-    else if (size > limit + DRAIN_LIMIT) {
-      finish(new ConnectError("resource_exhausted", `request body exceeds the limit of ${limit} bytes`))
+    if (size <= limit) return void chunks.push(chunk)
+    const cut = cutOff(size, limit)
+    if (cut !== undefined) {
+      finish(cut)
       request.destroy()
     }
   }
-  const onEnd = () => {
-    if (size > limit) return finish(new ConnectError("resource_exhausted", `request body of ${size} bytes exceeds the limit of ${limit}`))
-    // A copy, also of a single chunk: a view would keep the socket's read buffer alive with it.
-    const whole = Buffer.concat(chunks, size)
-    finish(decodeUnaryBody(new Uint8Array(whole.buffer, whole.byteOffset, whole.byteLength), request.headers["content-encoding"], limit))
-  }
+  const onEnd = () => finish(wholeBody(chunks, size, limit, request.headers["content-encoding"]))
   const onError = () => finish(new ConnectError("invalid_argument", "the request body could not be read"))
   // Closed before its end: the client went away mid-body.
   const onClose = () => finish(new ConnectError("invalid_argument", "the request body ended early"))
@@ -62,11 +76,9 @@ export const readNodeBody = (request: IncomingMessage, limit: number, done: (bod
 /** Reads a request body up to `limit` bytes (after gzip), or fails with `resource_exhausted`. */
 export const readBody = (request: HttpServerRequest.HttpServerRequest, limit: number) =>
   Effect.gen(function*() {
-    const declared = Number(request.headers["content-length"] ?? Number.NaN)
-    if (Number.isFinite(declared) && declared > limit) {
-      return yield* Effect.fail(new ConnectError("resource_exhausted", `request body of ${declared} bytes exceeds the limit of ${limit}`))
-    }
-    if (Number.isFinite(declared)) {
+    const refused = declaredPastLimit(request.headers, limit)
+    if (refused !== undefined) return yield* Effect.fail(refused)
+    if (Number.isFinite(Number(request.headers["content-length"] ?? Number.NaN))) {
       // The HTTP parser frames the body by its declared length (within the limit, checked
       // above): read it in one go, which costs far less than a body stream.
       const bytes = yield* request.arrayBuffer.pipe(
@@ -77,19 +89,15 @@ export const readBody = (request: HttpServerRequest.HttpServerRequest, limit: nu
     }
     const chunks: Array<Uint8Array> = []
     let size = 0
-    // Past the limit the rest is read and dropped, so the client gets the error rather than a
-    // reset connection; a body far past it (abuse) is cut off.
     yield* request.stream.pipe(
       Stream.mapError(() => new ConnectError("invalid_argument", "the request body could not be read")),
       Stream.runForEach((chunk) => {
         size += chunk.length
-        if (size > limit + DRAIN_LIMIT) return Effect.fail(new ConnectError("resource_exhausted", `request body exceeds the limit of ${limit} bytes`))
         if (size <= limit) chunks.push(chunk)
-        return Effect.void
+        const cut = cutOff(size, limit)
+        return cut === undefined ? Effect.void : Effect.fail(cut)
       })
     )
-    if (size > limit) return yield* Effect.fail(new ConnectError("resource_exhausted", `request body of ${size} bytes exceeds the limit of ${limit}`))
-    const body = Buffer.concat(chunks)
-    const decoded = decodeUnaryBody(new Uint8Array(body.buffer, body.byteOffset, body.byteLength), request.headers["content-encoding"], limit)
+    const decoded = wholeBody(chunks, size, limit, request.headers["content-encoding"])
     return decoded instanceof ConnectError ? yield* Effect.fail(decoded) : decoded
   })

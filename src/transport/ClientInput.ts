@@ -182,20 +182,14 @@ const kvAtOnce = (session: Session, message: Extract<ClientMessage, { _tag: "KvR
 }
 
 const onKvResult = (session: Session, message: Extract<ClientMessage, { _tag: "KvResult" }>) => {
-  const resolved = Dialect.resolveKv(session.correlation, message.id)
-  session.correlation = resolved.correlation
+  const settle = kvAtOnce(session, message)
+  if (settle !== undefined) return Effect.sync(settle)
+  // What needs a log line: a read back that failed, or an answer that matches nothing.
+  session.correlation = Dialect.resolveKv(session.correlation, message.id).correlation
   const read = session.blobReads.get(message.id)
-  if (read !== undefined) {
-    session.blobReads.delete(message.id)
-    if (message.error !== undefined && message.error !== "") {
-      return Effect.zipRight(Effect.logWarning(`transport: the client could not read back blob ${message.id}: ${message.error}`), Deferred.succeed(read, undefined))
-    }
-    return Deferred.succeed(read, message.data ?? new Uint8Array()).pipe(Effect.asVoid)
-  }
-  const ack = session.blobAcks.get(message.id)
-  if (ack === undefined) return Effect.logDebug(`transport: KV answer ${message.id} matches no request; dropped`)
-  session.blobAcks.delete(message.id)
-  return Effect.sync(() => ack(message.error === undefined || message.error === ""))
+  if (read === undefined) return Effect.logDebug(`transport: KV answer ${message.id} matches no request; dropped`)
+  session.blobReads.delete(message.id)
+  return Effect.zipRight(Effect.logWarning(`transport: the client could not read back blob ${message.id}: ${message.error}`), Deferred.succeed(read, undefined))
 }
 
 /** A prewarm opens the request without a turn: the user message that follows starts it, with the prewarm's settings. */

@@ -23,15 +23,12 @@ import type { Fiber } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { Server as HttpServer } from "node:http"
 import { URGENT } from "../internal/Scheduler.js"
-import { joinFrames, Transport } from "../Transport.js"
+import { BIDI_APPEND_PATH, joinFrames, RUN_SSE_PATH, Transport } from "../Transport.js"
 import type { TransportService } from "../Transport.js"
 import { readNodeBody } from "./Body.js"
 import { ConnectError, endStreamFrame, httpStatusOf } from "./Connect.js"
 import { parentLinkOf } from "./Subagents.js"
 import type { FrameSink } from "./TurnChannel.js"
-
-export const BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
-export const RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
 
 /** Forks an effect in the front's fiber set (`FiberSet.makeRuntime`). */
 type RunFork = <A, E>(effect: Effect.Effect<A, E, never>) => Fiber.RuntimeFiber<A, E>
@@ -152,7 +149,7 @@ export const layer: Layer.Layer<never, never, Transport> = Layer.scopedDiscard(E
   const front = yield* Effect.serviceOption(HttpFront)
   if (Option.isNone(front)) return
   const transport = yield* Transport
-  // An append's fiber is urgent, as every request's (`internal/Scheduler.ts`).
+  // A request's fiber is urgent, as on the Effect server (`internal/Scheduler.ts`).
   const runFork = yield* Effect.withSchedulingPriority(FiberSet.makeRuntime<never>(), URGENT)
   const server = front.value
   server.front = makeFront(transport, runFork)
