@@ -9,6 +9,8 @@ import { canonicalJson, emptyMessagesHash, extendMessagesHash, serializeMessage 
 import type { ConversationState, WaitingClient } from "../Loop.js"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
+import * as Tx from "./Tx.js"
+import type { Query } from "./Tx.js"
 import { checkLlmCall, insertLlmCall, rememberParts, updateLlmCall } from "./LlmCalls.js"
 import { CorruptRow, DuplicateInput, HistoryRewritten, InvalidCommit, StoreError, TURN_STARTS_LIMIT, VersionConflict } from "./Model.js"
 import type { CommitInput, InputCommit, LoadedConversation, SegmentRecord, TurnStart } from "./Model.js"
@@ -27,9 +29,9 @@ import {
 } from "./Rows.js"
 import type { ConversationRow, MessageRow, TurnStartRow } from "./Rows.js"
 
-export const recordedInput = ({ sql }: StoreEnv, conversationId: string, inputId: string) =>
+export const recordedInput = (q: Query, conversationId: string, inputId: string) =>
   Effect.gen(function*() {
-    const rows = yield* sql<{ committed_version: number; result_json: string }>`
+    const rows = yield* q<{ committed_version: number; result_json: string }>`
       SELECT committed_version, result_json FROM input_commits
       WHERE conversation_id = ${conversationId} AND input_id = ${inputId}`
     const row = rows[0]
@@ -42,16 +44,15 @@ export const recordedInput = ({ sql }: StoreEnv, conversationId: string, inputId
   })
 
 /** Why a compare-and-swap found no row: the input was applied already, or another writer moved on. */
-export const lostRace = (env: StoreEnv, conversationId: string, inputId: string, expectedVersion: number) =>
+export const lostRace = (q: Query, conversationId: string, inputId: string, expectedVersion: number) =>
   Effect.gen(function*() {
-    const { sql } = env
-    const recorded = yield* recordedInput(env, conversationId, inputId).pipe(
+    const recorded = yield* recordedInput(q, conversationId, inputId).pipe(
       Effect.catchTag("CorruptRow", () => Effect.succeed(Option.none<InputCommit>()))
     )
     if (Option.isSome(recorded)) {
       return yield* new DuplicateInput({ conversationId, inputId, ...recorded.value })
     }
-    const rows = yield* sql<{ version: number }>`SELECT version FROM conversations WHERE conversation_id = ${conversationId}`
+    const rows = yield* q<{ version: number }>`SELECT version FROM conversations WHERE conversation_id = ${conversationId}`
     return yield* new VersionConflict({ conversationId, expectedVersion, actualVersion: rows[0]?.version ?? null })
   })
 
@@ -121,33 +122,33 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
   const stateJson = canonicalJson(fields satisfies typeof StateFields.Type)
   const waitingJson = next.waiting === null ? null : canonicalJson(next.waiting)
 
-  const transaction = Effect.gen(function*() {
+  const transaction = (q: Query) => Effect.gen(function*() {
     let fresh: ReadonlyArray<MessageRow & { readonly client_key: string | null }>
     let storedTurnId = ""
     let storedStart = 0
     const journalLength = next.segment.start + next.messages.length
     if (expectedVersion === 0) {
       fresh = yield* appended(0, emptyMessagesHash, 0)
-      const created = yield* sql<{ version: number }>`
+      const created = yield* q<{ version: number }>`
         INSERT INTO conversations (conversation_id, version, status, turn_id, message_count, messages_hash,
           waiting_json, state_json, updated_at_ms, segment_start)
         VALUES (${conversationId}, 1, ${next.status}, ${next.turnId}, ${journalLength}, ${next.messagesHash},
           ${waitingJson}, ${stateJson}, ${now}, ${next.segment.start})
         ON CONFLICT (conversation_id) DO NOTHING
         RETURNING version`
-      if (created.length === 0) return yield* lostRace(env, conversationId, inputId, expectedVersion)
+      if (created.length === 0) return yield* lostRace(q, conversationId, inputId, expectedVersion)
     } else {
       // Touching the row first takes the write lock at once and wins (or loses) the version.
-      const won = yield* sql<{ message_count: number; messages_hash: string; turn_id: string; segment_start: number }>`
+      const won = yield* q<{ message_count: number; messages_hash: string; turn_id: string; segment_start: number }>`
         UPDATE conversations SET version = version + 1
         WHERE conversation_id = ${conversationId} AND version = ${expectedVersion}
         RETURNING message_count, messages_hash, turn_id, segment_start`
       const stored = won[0]
-      if (stored === undefined) return yield* lostRace(env, conversationId, inputId, expectedVersion)
+      if (stored === undefined) return yield* lostRace(q, conversationId, inputId, expectedVersion)
       storedTurnId = stored.turn_id
       storedStart = stored.segment_start
       fresh = yield* appended(stored.message_count, stored.messages_hash, stored.segment_start)
-      yield* sql`
+      yield* q`
         UPDATE conversations SET status = ${next.status}, turn_id = ${next.turnId},
           message_count = ${journalLength}, messages_hash = ${next.messagesHash},
           waiting_json = ${waitingJson}, state_json = ${stateJson}, updated_at_ms = ${now},
@@ -157,49 +158,49 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
     // A new segment, or a new conversation that starts forked: the boundary is recorded.
     if (next.segment.start !== storedStart || (expectedVersion === 0 && next.segment.kind !== "origin")) {
       const segment = next.segment
-      yield* sql`
+      yield* q`
         INSERT INTO segments (conversation_id, start, kind, turn_id, summary_call_id, source, previous_start, replaced, kept, created_at_ms)
         VALUES (${conversationId}, ${segment.start}, ${segment.kind}, ${segment.turnId}, ${segment.summaryCallId ?? null},
           ${segment.source ?? null}, ${storedStart}, ${segment.replaced}, ${segment.kept}, ${now})`
     }
     for (const row of fresh) {
-      yield* sql`
+      yield* q`
         INSERT INTO messages (conversation_id, seq, message_json, hash, client_key)
         VALUES (${conversationId}, ${row.seq}, ${row.message_json}, ${row.hash}, ${row.client_key})`
     }
-    const recorded = yield* sql<{ input_id: string }>`
+    const recorded = yield* q<{ input_id: string }>`
       INSERT INTO input_commits (conversation_id, input_id, committed_version, result_json, committed_at_ms)
       VALUES (${conversationId}, ${inputId}, ${newVersion}, ${resultJson(input.result)}, ${now})
       ON CONFLICT (conversation_id, input_id) DO NOTHING
       RETURNING input_id`
     if (recorded.length === 0) {
       // Applied before under another version: fail so the transaction leaves nothing behind.
-      const previous = yield* recordedInput(env, conversationId, inputId)
+      const previous = yield* recordedInput(q, conversationId, inputId)
       if (Option.isSome(previous)) return yield* new DuplicateInput({ conversationId, inputId, ...previous.value })
     }
     if (next.turnId !== "" && next.turnId !== storedTurnId) {
-      yield* sql`
+      yield* q`
         INSERT INTO turn_starts (conversation_id, turn_id, input_id, started_version, started_at_ms)
         VALUES (${conversationId}, ${next.turnId}, ${inputId}, ${newVersion}, ${now})
         ON CONFLICT (conversation_id, turn_id) DO NOTHING`
     }
-    const parts = input.llmCall === undefined ? [] : yield* insertLlmCall(env, input.llmCall, now)
-    if (input.clientOperations !== undefined) yield* insertOperations(env, input.clientOperations, now)
+    const parts = input.llmCall === undefined ? [] : yield* insertLlmCall(env, q, input.llmCall, now)
+    if (input.clientOperations !== undefined) yield* insertOperations(q, input.clientOperations, now)
     if (input.llmCallUpdate !== undefined) {
-      const updated = yield* updateLlmCall(env, input.llmCallUpdate, now)
+      const updated = yield* updateLlmCall(q, input.llmCallUpdate, now)
       if (updated.length === 0) {
         return yield* new InvalidCommit({ conversationId, reason: `unknown model call ${input.llmCallUpdate.callId}` })
       }
     }
     if (input.operationCompletion !== undefined) {
       const { operationId, result } = input.operationCompletion
-      const exists = yield* settleOperation(env, operationId, "completed", resultJson(result), now)
+      const exists = yield* settleOperation(q, operationId, "completed", resultJson(result), now)
       if (!exists) return yield* new InvalidCommit({ conversationId, reason: `unknown operation ${operationId}` })
     }
     return { version: newVersion, parts }
   })
 
-  const committed = yield* sql.withTransaction(transaction).pipe(
+  const committed = yield* Tx.transaction(sql, transaction).pipe(
     Effect.catchTag("CorruptRow", (error) =>
       Effect.fail(new StoreError({ operation: "commitInput", message: error.message, cause: error }))),
     Effect.catchTag("SqlError", (error) => Effect.fail(storeError("commitInput")(error)))
@@ -264,7 +265,7 @@ export const load = ({ sql }: StoreEnv) => Effect.fn("Store.load")(function*(con
 })
 
 export const findInputCommit = (env: StoreEnv) => Effect.fn("Store.findInputCommit")(function*(conversationId: string, inputId: string) {
-  return yield* recordedInput(env, conversationId, inputId).pipe(
+  return yield* recordedInput(env.sql, conversationId, inputId).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findInputCommit")(e)))
   )
 })

@@ -11,6 +11,8 @@ import type { RequestMessages } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
+import * as Tx from "./Tx.js"
+import type { Query } from "./Tx.js"
 import { CorruptRow, InvalidCommit, NotFound, RequestHashMismatch } from "./Model.js"
 import type { CallTiming, ConversationCosts, LlmCallDetails, LlmCallStatus, LlmCallUpdate, LoadedLlmCall, PlannedLlmCall } from "./Model.js"
 import { decodeHistory, decodeJson, decodeTools, toCallRecord } from "./Rows.js"
@@ -43,26 +45,26 @@ export const checkLlmCall = (conversationId: string, next: ConversationState, ca
   return Effect.void
 }
 
-export const insertPart = ({ sql }: StoreEnv, hash: string, body: string) =>
-  sql`INSERT INTO request_parts (hash, body) VALUES (${hash}, ${body}) ON CONFLICT (hash) DO NOTHING`
+export const insertPart = (q: Query, hash: string, body: string) =>
+  q`INSERT INTO request_parts (hash, body) VALUES (${hash}, ${body}) ON CONFLICT (hash) DO NOTHING`
 
 /** Inserts a planned call; the same call id planned again must name the same request. Returns the parts it wrote. */
-export const insertLlmCall = (env: StoreEnv, call: PlannedLlmCall, now: number) =>
+export const insertLlmCall = (env: StoreEnv, q: Query, call: PlannedLlmCall, now: number) =>
   Effect.gen(function*() {
-    const { partHashes, sql, storedParts } = env
+    const { partHashes, storedParts } = env
     const promptHash = partHashes.prompt(call.request.systemPrompt)
     const listHash = partHashes.tools(call.request.tools)
-    if (!storedParts.has(promptHash)) yield* insertPart(env, promptHash, canonicalJson(call.request.systemPrompt))
-    if (!storedParts.has(listHash)) yield* insertPart(env, listHash, canonicalJson(call.request.tools))
+    if (!storedParts.has(promptHash)) yield* insertPart(q, promptHash, canonicalJson(call.request.systemPrompt))
+    if (!storedParts.has(listHash)) yield* insertPart(q, listHash, canonicalJson(call.request.tools))
     const written = [promptHash, listHash]
     let messagesPart: string | null = null
     if (call.detached) {
       // Content-addressed by the messages' own hash chain (already checked against them).
       messagesPart = `messages:${call.messagesHash}`
-      if (!storedParts.has(messagesPart)) yield* insertPart(env, messagesPart, canonicalJson(call.request.messages))
+      if (!storedParts.has(messagesPart)) yield* insertPart(q, messagesPart, canonicalJson(call.request.messages))
       written.push(messagesPart)
     }
-    const inserted = yield* sql<{ call_id: string }>`
+    const inserted = yield* q<{ call_id: string }>`
       INSERT INTO llm_calls (call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash,
         message_count, messages_hash, request_hash, status, created_at_ms, updated_at_ms, segment_start, messages_part_hash)
       VALUES (${call.callId}, ${call.conversationId}, ${call.turnId}, ${call.model}, ${promptHash}, ${listHash},
@@ -71,7 +73,7 @@ export const insertLlmCall = (env: StoreEnv, call: PlannedLlmCall, now: number) 
       ON CONFLICT (call_id) DO NOTHING
       RETURNING call_id`
     if (inserted.length > 0) return written
-    const existing = yield* sql<{ request_hash: string }>`SELECT request_hash FROM llm_calls WHERE call_id = ${call.callId}`
+    const existing = yield* q<{ request_hash: string }>`SELECT request_hash FROM llm_calls WHERE call_id = ${call.callId}`
     if (existing[0]?.request_hash !== call.requestHash) {
       return yield* new InvalidCommit({
         conversationId: call.conversationId,
@@ -87,8 +89,8 @@ export const rememberParts = ({ storedParts }: StoreEnv, parts: ReadonlyArray<st
     for (const part of parts) storedParts.add(part)
   })
 
-export const updateLlmCall = ({ sql }: StoreEnv, update: LlmCallUpdate, now: number) =>
-  sql<{ call_id: string }>`
+export const updateLlmCall = (q: Query, update: LlmCallUpdate, now: number) =>
+  q<{ call_id: string }>`
     UPDATE llm_calls SET
       status = ${update.status},
       assistant_hash = COALESCE(${update.assistantHash ?? null}, assistant_hash),
@@ -106,17 +108,17 @@ export const saveLlmCall = (env: StoreEnv) => Effect.fn("Store.saveLlmCall")(fun
   const expected = requestHash(call.model, call.request, call.messagesHash, call.request.messages.length)
   if (expected !== call.requestHash) return yield* invalid(`model call ${call.callId}: requestHash does not match its request`)
   const now = yield* Clock.currentTimeMillis
-  const transaction = Effect.gen(function*() {
-    const rows = yield* sql<{ message_count: number }>`
+  const transaction = (q: Query) => Effect.gen(function*() {
+    const rows = yield* q<{ message_count: number }>`
       SELECT message_count FROM conversations WHERE conversation_id = ${call.conversationId}`
     const stored = rows[0]
     if (stored === undefined) return yield* invalid(`conversation ${call.conversationId} does not exist`)
     if (!call.detached && stored.message_count < call.segmentStart + call.request.messages.length) {
       return yield* invalid(`model call ${call.callId} sends messages that are not stored`)
     }
-    return yield* insertLlmCall(env, call, now)
+    return yield* insertLlmCall(env, q, call, now)
   })
-  const parts = yield* sql.withTransaction(transaction).pipe(
+  const parts = yield* Tx.transaction(sql, transaction).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("saveLlmCall")(e)))
   )
   yield* rememberParts(env, parts)
@@ -125,7 +127,7 @@ export const saveLlmCall = (env: StoreEnv) => Effect.fn("Store.saveLlmCall")(fun
 export const markLlmCall = (env: StoreEnv) => Effect.fn("Store.markLlmCall")(
   function*(callId: string, status: LlmCallStatus, details?: LlmCallDetails) {
     const now = yield* Clock.currentTimeMillis
-    const updated = yield* updateLlmCall(env, { ...details, callId, status }, now).pipe(
+    const updated = yield* updateLlmCall(env.sql, { ...details, callId, status }, now).pipe(
       Effect.catchTag("SqlError", (e) => Effect.fail(storeError("markLlmCall")(e)))
     )
     if (updated.length === 0) return yield* new NotFound({ entity: "llmCall", id: callId })

@@ -7,14 +7,16 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Effect, Either, Option } from "effect"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
+import * as Tx from "./Tx.js"
+import type { Query } from "./Tx.js"
 import { NotFound } from "./Model.js"
 import type { OperationRecord, PlannedOperation } from "./Model.js"
 import { resultJson, toOperationRecord } from "./Rows.js"
 import type { OperationRow } from "./Rows.js"
 
-export const insertOperations = ({ sql }: StoreEnv, operations: ReadonlyArray<PlannedOperation>, now: number) =>
+export const insertOperations = (q: Query, operations: ReadonlyArray<PlannedOperation>, now: number) =>
   Effect.forEach(operations, (operation) =>
-    sql`
+    q`
       INSERT INTO client_operations (operation_id, conversation_id, turn_id, tool_call_id, tool_index, kind,
         idempotent, request_json, result_json, status, created_at_ms, updated_at_ms)
       VALUES (${operation.operationId}, ${operation.conversationId}, ${operation.turnId}, ${operation.toolCallId},
@@ -24,27 +26,27 @@ export const insertOperations = ({ sql }: StoreEnv, operations: ReadonlyArray<Pl
 
 /** planned/sent -> `status`; rows in any other status are left alone. Returns whether the operation exists. */
 export const settleOperation = (
-  { sql }: StoreEnv,
+  q: Query,
   operationId: string,
   status: "completed" | "canceled",
   result: string | null,
   now: number
 ) =>
   Effect.gen(function*() {
-    const changed = yield* sql<{ operation_id: string }>`
+    const changed = yield* q<{ operation_id: string }>`
       UPDATE client_operations SET status = ${status}, result_json = COALESCE(${result}, result_json),
         updated_at_ms = ${now}
       WHERE operation_id = ${operationId} AND status IN ('planned', 'sent')
       RETURNING operation_id`
     if (changed.length > 0) return true
-    const exists = yield* sql<{ operation_id: string }>`
+    const exists = yield* q<{ operation_id: string }>`
       SELECT operation_id FROM client_operations WHERE operation_id = ${operationId}`
     return exists.length > 0
   })
 
-export const readOperation = ({ sql }: StoreEnv, operationId: string) =>
+export const readOperation = (q: Query, operationId: string) =>
   Effect.gen(function*() {
-    const rows = yield* sql<OperationRow>`
+    const rows = yield* q<OperationRow>`
       SELECT operation_id, conversation_id, turn_id, tool_call_id, tool_index, kind, idempotent, request_json,
         result_json, status
       FROM client_operations WHERE operation_id = ${operationId}`
@@ -57,19 +59,18 @@ export const readOperation = ({ sql }: StoreEnv, operationId: string) =>
 
 /** Runs a status change and returns the record as it is afterwards. */
 export const changeOperation = (
-  env: StoreEnv,
+  { sql }: StoreEnv,
   name: string,
   operationId: string,
-  change: (now: number) => Effect.Effect<unknown, SqlError>
+  change: (q: Query, now: number) => Effect.Effect<unknown, SqlError>
 ) =>
   Effect.gen(function*() {
-    const { sql } = env
     const now = yield* Clock.currentTimeMillis
-    const transaction = Effect.gen(function*() {
-      yield* change(now)
-      return yield* readOperation(env, operationId)
-    })
-    const record = yield* sql.withTransaction(transaction).pipe(
+    const record = yield* Tx.transaction(sql, (q) =>
+      Effect.gen(function*() {
+        yield* change(q, now)
+        return yield* readOperation(q, operationId)
+      })).pipe(
       Effect.catchTag("SqlError", (e) => Effect.fail(storeError(name)(e)))
     )
     if (Option.isNone(record)) return yield* new NotFound({ entity: "operation", id: operationId })
@@ -79,15 +80,14 @@ export const changeOperation = (
 export const saveOperations = (env: StoreEnv) => Effect.fn("Store.saveOperations")(function*(operations: ReadonlyArray<PlannedOperation>) {
   const { sql } = env
   const now = yield* Clock.currentTimeMillis
-  yield* sql.withTransaction(insertOperations(env, operations, now)).pipe(
+  yield* Tx.transaction(sql, (q) => insertOperations(q, operations, now)).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("saveOperations")(e)))
   )
 })
 
 export const markOperationSent = (env: StoreEnv) => Effect.fn("Store.markOperationSent")(function*(operationId: string) {
-  const { sql } = env
-  return yield* changeOperation(env, "markOperationSent", operationId, (now) =>
-    sql`
+  return yield* changeOperation(env, "markOperationSent", operationId, (q, now) =>
+    q`
       UPDATE client_operations SET status = 'sent', updated_at_ms = ${now}
       WHERE operation_id = ${operationId} AND status = 'planned'`)
 })
@@ -97,16 +97,16 @@ export const completeOperation = (env: StoreEnv) => Effect.fn("Store.completeOpe
     env,
     "completeOperation",
     operationId,
-    (now) => settleOperation(env, operationId, "completed", resultJson(result), now)
+    (q, now) => settleOperation(q, operationId, "completed", resultJson(result), now)
   )
 })
 
 export const cancelOperation = (env: StoreEnv) => Effect.fn("Store.cancelOperation")(function*(operationId: string) {
-  return yield* changeOperation(env, "cancelOperation", operationId, (now) => settleOperation(env, operationId, "canceled", null, now))
+  return yield* changeOperation(env, "cancelOperation", operationId, (q, now) => settleOperation(q, operationId, "canceled", null, now))
 })
 
 export const loadOperation = (env: StoreEnv) => Effect.fn("Store.loadOperation")(function*(operationId: string) {
-  return yield* readOperation(env, operationId).pipe(
+  return yield* readOperation(env.sql, operationId).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("loadOperation")(e)))
   )
 })
