@@ -210,19 +210,19 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
 })
 
 export const load = ({ sql }: StoreEnv) => Effect.fn("Store.load")(function*(conversationId: string) {
-  const read = Effect.gen(function*() {
-    const rows = yield* sql<ConversationRow>`
+  const read = (q: Query) => Effect.gen(function*() {
+    const rows = yield* q<ConversationRow>`
       SELECT version, status, turn_id, message_count, messages_hash, waiting_json, state_json, segment_start
       FROM conversations WHERE conversation_id = ${conversationId}`
     const row = rows[0]
     if (row === undefined) return Option.none()
     // Only the current segment: earlier segments stay in the journal, never loaded again.
-    const messageRows = yield* sql<MessageRow>`
+    const messageRows = yield* q<MessageRow>`
       SELECT seq, message_json, hash FROM messages
       WHERE conversation_id = ${conversationId} AND seq >= ${row.segment_start} ORDER BY seq`
     return Option.some({ row, messageRows })
   })
-  const found = yield* sql.withTransaction(read).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("load")(e))))
+  const found = yield* Tx.transaction(sql, read).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("load")(e))))
   if (Option.isNone(found)) return Option.none<LoadedConversation>()
   const { messageRows, row } = found.value
   const corrupt = (reason: string) =>
@@ -322,12 +322,12 @@ const HISTORY_CANDIDATES = 16
 
 export const findHistory = ({ sql }: StoreEnv) => Effect.fn("Store.findHistory")(function*(keys: ReadonlyArray<string>) {
   if (keys.length === 0) return Option.none()
-  const read = Effect.gen(function*() {
-    const starts = yield* sql<{ conversation_id: string; seq: number }>`
+  const read = (q: Query) => Effect.gen(function*() {
+    const starts = yield* q<{ conversation_id: string; seq: number }>`
       SELECT conversation_id, seq FROM messages WHERE client_key = ${keys[0]!}
       ORDER BY conversation_id, seq LIMIT ${HISTORY_CANDIDATES}`
     for (const start of starts) {
-      const rows = yield* sql<MessageRow & { client_key: string | null }>`
+      const rows = yield* q<MessageRow & { client_key: string | null }>`
         SELECT seq, message_json, hash, client_key FROM messages
         WHERE conversation_id = ${start.conversation_id} AND seq >= ${start.seq} AND seq < ${start.seq + keys.length}
         ORDER BY seq`
@@ -337,7 +337,7 @@ export const findHistory = ({ sql }: StoreEnv) => Effect.fn("Store.findHistory")
     }
     return Option.none()
   })
-  const found = yield* sql.withTransaction(read).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findHistory")(e))))
+  const found = yield* Tx.transaction(sql, read).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findHistory")(e))))
   if (Option.isNone(found)) return Option.none()
   const { conversationId, rows, seq } = found.value
   const history = decodeHistory(conversationId, rows, keys.length, seq)

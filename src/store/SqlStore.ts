@@ -28,6 +28,8 @@ import { conversationName, nameConversation } from "./Names.js"
 import { cancelOperation, completeOperation, loadOperation, markOperationSent, saveOperations } from "./Operations.js"
 import { toCallRecord, toOperationRecord } from "./Rows.js"
 import type { LlmCallRow, OperationRow } from "./Rows.js"
+import * as Tx from "./Tx.js"
+import type { Query } from "./Tx.js"
 
 export { prefixUpperBound } from "./Rows.js"
 
@@ -64,18 +66,18 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
 })
 
 const listInFlight = ({ sql }: StoreEnv) => Effect.fn("Store.listInFlight")(function*() {
-  const read = Effect.gen(function*() {
-    const calls = yield* sql<LlmCallRow>`
+  const read = (q: Query) => Effect.gen(function*() {
+    const calls = yield* q<LlmCallRow>`
       SELECT call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash, message_count,
         messages_hash, request_hash, status, assistant_hash, usage_json, error
       FROM llm_calls WHERE status IN ('planned', 'streaming') ORDER BY created_at_ms, call_id`
-    const operations = yield* sql<OperationRow>`
+    const operations = yield* q<OperationRow>`
       SELECT operation_id, conversation_id, turn_id, tool_call_id, tool_index, kind, idempotent, request_json,
         result_json, status
       FROM client_operations WHERE status IN ('planned', 'sent') ORDER BY created_at_ms, operation_id`
     return { calls, operations }
   })
-  const { calls, operations } = yield* sql.withTransaction(read).pipe(
+  const { calls, operations } = yield* Tx.transaction(sql, read).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("listInFlight")(e)))
   )
   const llmCalls: Array<LlmCallRecord> = []

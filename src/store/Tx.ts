@@ -14,7 +14,9 @@
  * the client's cache of prepared statements by its text. Its values are bound as they are
  * (`undefined` as NULL, as the template binds it); only plain values are allowed, no fragments.
  * Outside a transaction the client itself is a `Query` (`env.sql`): the helpers that run in and
- * out of transactions take whichever they are given.
+ * out of transactions take whichever they are given. The Store's transactions all run here
+ * (its commits and its multi-statement reads), but for the reads that need the client's
+ * fragments (`sql.in`: a model call's parts) and the console's, which stay on the template.
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
