@@ -15,9 +15,12 @@ import { ConnectError, decodeUnaryBody } from "./Connect.js"
 /** How much of an oversized body is read and dropped before the connection is cut instead. */
 const DRAIN_LIMIT = 64 * 1024 * 1024
 
+/** The body's declared length (NaN without a `content-length`). */
+const declaredLength = (headers: { readonly [name: string]: unknown }): number => Number(headers["content-length"] ?? Number.NaN)
+
 /** A body whose declared length is past the limit: refused before it is read. */
 const declaredPastLimit = (headers: { readonly [name: string]: unknown }, limit: number): ConnectError | undefined => {
-  const declared = Number(headers["content-length"] ?? Number.NaN)
+  const declared = declaredLength(headers)
   return Number.isFinite(declared) && declared > limit
     ? new ConnectError("resource_exhausted", `request body of ${declared} bytes exceeds the limit of ${limit}`)
     : undefined
@@ -78,7 +81,7 @@ export const readBody = (request: HttpServerRequest.HttpServerRequest, limit: nu
   Effect.gen(function*() {
     const refused = declaredPastLimit(request.headers, limit)
     if (refused !== undefined) return yield* Effect.fail(refused)
-    if (Number.isFinite(Number(request.headers["content-length"] ?? Number.NaN))) {
+    if (Number.isFinite(declaredLength(request.headers))) {
       // The HTTP parser frames the body by its declared length (within the limit, checked
       // above): read it in one go, which costs far less than a body stream.
       const bytes = yield* request.arrayBuffer.pipe(
