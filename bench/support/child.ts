@@ -43,8 +43,9 @@ export interface Child {
 export interface ChildOptions {
   readonly env?: Readonly<Record<string, string>>
   /**
-   * Run the script precompiled (one esbuild bundle of the script and src/, packages external,
-   * under node_modules/.cache) with plain `node`, as `npm start` runs the server (the default);
+   * Run the script precompiled (one bundle of the script, src/ and its packages, made as
+   * `scripts/build.ts` makes the server's, under node_modules/.cache) with plain `node`, as
+   * `npm start` runs the server (the default);
    * `false` runs it through the tsx loader instead.
    */
   readonly compiled?: boolean
@@ -54,16 +55,15 @@ export interface ChildOptions {
 
 const bundled = new Map<string, string>()
 
-/** Bundles a support script with esbuild (once per process); returns the bundle's path. */
+/** Bundles a support script as the server's bundle is made (once per process); returns the bundle's path. */
 const bundle = (script: string): string => {
   const existing = bundled.get(script)
   if (existing !== undefined) return existing
   const dir = join(repoRoot, "node_modules", ".cache", "byok-bench")
   mkdirSync(dir, { recursive: true })
   const out = join(dir, script.replace(/\.ts$/, ".mjs"))
-  execFileSync(join(repoRoot, "node_modules", ".bin", "esbuild"), [
-    join(here, script), "--bundle", "--platform=node", "--format=esm", "--packages=external", "--sourcemap", "--sources-content=false", `--outfile=${out}`, "--log-level=warning"
-  ], { cwd: repoRoot })
+  // As `npm run build` bundles the server (`scripts/build.ts`).
+  execFileSync(join(repoRoot, "node_modules", ".bin", "tsx"), [join(repoRoot, "scripts", "build.ts"), join(here, script), out], { cwd: repoRoot, stdio: "inherit" })
   bundled.set(script, out)
   return out
 }
