@@ -5,6 +5,7 @@
  */
 import { Effect } from "effect"
 import * as Ack from "./ack.js"
+import * as Body from "./body.js"
 import * as Cost from "./cost.js"
 import * as First from "./first.js"
 import * as Latency from "./latency.js"
@@ -19,6 +20,7 @@ import * as Throughput from "./throughput.js"
 const benches: Record<string, () => Promise<string>> = {
   store: async () => (await Store.run({ print: false })).markdown,
   segments: async () => (await Segments.run()).markdown,
+  body: async () => Body.run().markdown,
   sse: async () => (await Effect.runPromise(Sse.run())).markdown,
   latency: async () => (await Latency.run()).markdown,
   first: async () => (await First.run()).markdown,

@@ -8,7 +8,7 @@
  * before it is byte-identical from one turn to the next.
  */
 import { Either, Redacted, Schema } from "effect"
-import type { AssistantMessage, LlmError, RequestMessages, ResponseEvent, StopReason, Usage, UserContent } from "../Llm.js"
+import type { AssistantMessage, LlmError, Message, RequestMessages, ResponseEvent, StopReason, Usage, UserContent } from "../Llm.js"
 import { canonicalJson } from "../Llm.js"
 import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead } from "./Adapter.js"
 import {
@@ -26,6 +26,7 @@ import {
   type StreamMeta,
   transformForReplay
 } from "./Common.js"
+import { memoFor, type MessageParts } from "./common/HistoryParts.js"
 import type { SseEvent } from "./Sse.js"
 
 export const api = "anthropic"
@@ -312,15 +313,15 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
 
   const groups: Array<Group> = []
   // Consecutive user-side messages (all tool results of a turn, then a user text) form one message.
-  const push = (role: "user" | "assistant", parts: ReadonlyArray<string>) =>
-    pushMessage(groups, `{"content":[`, `],"role":"${role}"}`, role === "user" ? "user" : undefined, parts)
-  for (const message of transformForReplay(request.messages, target)) {
+  const wire = (role: "user" | "assistant", parts: ReadonlyArray<string>): MessageParts =>
+    ({ open: `{"content":[`, close: `],"role":"${role}"}`, mergeKey: role === "user" ? "user" : undefined, parts })
+  const memo = memoFor(api, settings)
+  const partOf = (message: Message): MessageParts => {
     switch (message.role) {
       case "user":
-        push("user", message.content.map(userBlock))
-        break
+        return wire("user", message.content.map(userBlock))
       case "toolResult":
-        push("user", [canonicalJson({
+        return wire("user", [canonicalJson({
           type: "tool_result",
           tool_use_id: message.toolCallId,
           content: message.content.map((block) =>
@@ -328,10 +329,13 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
           ),
           is_error: message.isError
         })])
-        break
       case "assistant":
-        push("assistant", assistantBlocks(message, isSameModel(message, target)))
+        return wire("assistant", assistantBlocks(message, isSameModel(message, target)))
     }
+  }
+  for (const message of transformForReplay(request.messages, target)) {
+    const { close, mergeKey, open, parts } = memo.partsOf(message, partOf)
+    pushMessage(groups, open, close, mergeKey, parts)
   }
   const lastGroup = groups[groups.length - 1]
   const suffix = useCache && lastGroup?.mergeKey === "user" ? cacheMarkerSuffix : ""

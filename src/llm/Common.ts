@@ -422,12 +422,14 @@ export const transformForReplay = (messages: ReadonlyArray<Message>, target: Rep
         flushUnanswered()
         const same = isSameModel(message, target)
         const content: Array<AssistantContent> = []
+        let changed = !same
         for (const block of message.content) {
           if (block.type === "toolCall") {
             const id = target.normalizeToolCallId(block.id)
             const call: ToolCall = same
               ? (id === block.id ? block : { ...block, id })
               : { type: "toolCall", id, name: block.name, arguments: block.arguments }
+            if (call !== block) changed = true
             content.push(call)
             unanswered.push(call)
           } else if (same) {
@@ -438,7 +440,8 @@ export const transformForReplay = (messages: ReadonlyArray<Message>, target: Rep
             content.push({ type: "text", text: block.text })
           }
         }
-        out.push({ ...message, content })
+        // The message itself when nothing changed: adapters remember what a message object became (`HistoryParts.ts`).
+        out.push(changed ? { ...message, content } : message)
         break
       }
     }

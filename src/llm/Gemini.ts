@@ -6,7 +6,7 @@
  * is complete at end of stream once a `finishReason` was seen.
  */
 import { Either, Redacted, Schema } from "effect"
-import type { AssistantMessage, LlmError, RequestMessages, ResponseEvent, StopReason, Usage, UserContent } from "../Llm.js"
+import type { AssistantMessage, LlmError, Message, RequestMessages, ResponseEvent, StopReason, Usage, UserContent } from "../Llm.js"
 import { canonicalJson } from "../Llm.js"
 import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead } from "./Adapter.js"
 import {
@@ -24,6 +24,7 @@ import {
   type StreamMeta,
   transformForReplay
 } from "./Common.js"
+import { memoFor, type MessageParts } from "./common/HistoryParts.js"
 import type { SseEvent } from "./Sse.js"
 
 export const api = "gemini"
@@ -324,23 +325,26 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
 
   const groups: Array<Group> = []
   // All function responses of a turn (and a user text after them) share one content.
-  const push = (role: "user" | "model", parts: ReadonlyArray<string>) =>
-    pushMessage(groups, `{"parts":[`, `],"role":"${role}"}`, role === "user" ? "user" : undefined, parts)
-  for (const message of transformForReplay(request.messages, target)) {
+  const wire = (role: "user" | "model", parts: ReadonlyArray<string>): MessageParts =>
+    ({ open: `{"parts":[`, close: `],"role":"${role}"}`, mergeKey: role === "user" ? "user" : undefined, parts })
+  const memo = memoFor(api, settings)
+  const partOf = (message: Message): MessageParts => {
     switch (message.role) {
       case "user":
-        push("user", message.content.map(userPart))
-        break
+        return wire("user", message.content.map(userPart))
       case "toolResult": {
         const text = contentText(message.content)
-        push("user", [canonicalJson({
+        return wire("user", [canonicalJson({
           functionResponse: { name: message.toolName, id: wireId(message.toolCallId), response: message.isError ? { error: text } : { output: text } }
         })])
-        break
       }
       case "assistant":
-        push("model", modelParts(message, isSameModel(message, target), gemini3))
+        return wire("model", modelParts(message, isSameModel(message, target), gemini3))
     }
+  }
+  for (const message of transformForReplay(request.messages, target)) {
+    const { close, mergeKey, open, parts } = memo.partsOf(message, partOf)
+    pushMessage(groups, open, close, mergeKey, parts)
   }
   const { history, tail } = layoutHistory(groups, "")
   return { head: openHead(fields, "contents"), history, tail: tail + "]}" }

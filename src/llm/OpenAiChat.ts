@@ -11,7 +11,7 @@
  * `openAiChat/Wire.ts` what differs on the response side (usage conventions, typed content).
  */
 import { Either, Redacted } from "effect"
-import type { AssistantMessage, LlmError, RequestMessages, ResponseEvent } from "../Llm.js"
+import type { AssistantMessage, LlmError, Message, RequestMessages, ResponseEvent } from "../Llm.js"
 import { canonicalJson } from "../Llm.js"
 import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead } from "./Adapter.js"
 import {
@@ -26,10 +26,12 @@ import {
   type Machine,
   malformed,
   openAiToolCallId,
+  pushMessage,
   pushPart,
   type StreamMeta,
   transformForReplay
 } from "./Common.js"
+import { itemsOf, memoFor, type MessageParts } from "./common/HistoryParts.js"
 import {
   ChatChunk,
   type ChatToolCallDelta,
@@ -322,20 +324,23 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   }
   delete fields["messages"]
   const groups: Array<Group> = []
-  if (request.systemPrompt.length > 0) pushPart(groups, "", "", undefined, canonicalJson({ role: "system", content: request.systemPrompt }))
-  for (const message of transformForReplay(request.messages, target)) {
+  const memo = memoFor(api, settings)
+  if (request.systemPrompt.length > 0) pushPart(groups, "", "", undefined, memo.systemOf(request.systemPrompt, (content) => canonicalJson({ role: "system", content })))
+  const partOf = (message: Message): MessageParts => {
     switch (message.role) {
       case "user":
-        pushPart(groups, "", "", undefined, canonicalJson({ role: "user", content: userContent(message.content) }))
-        break
+        return itemsOf([canonicalJson({ role: "user", content: userContent(message.content) })])
       case "assistant": {
         const same = message.api === api && message.provider === settings.provider && message.model === settings.model
-        pushPart(groups, "", "", undefined, canonicalJson(assistantItem(message, compat, same)))
-        break
+        return itemsOf([canonicalJson(assistantItem(message, compat, same))])
       }
       case "toolResult":
-        pushPart(groups, "", "", undefined, canonicalJson({ role: "tool", tool_call_id: message.toolCallId, content: contentText(message.content) }))
+        return itemsOf([canonicalJson({ role: "tool", tool_call_id: message.toolCallId, content: contentText(message.content) })])
     }
+  }
+  for (const message of transformForReplay(request.messages, target)) {
+    const { close, mergeKey, open, parts } = memo.partsOf(message, partOf)
+    pushMessage(groups, open, close, mergeKey, parts)
   }
   const { history, tail } = layoutHistory(groups, "")
   return { head: openHead(fields, "messages"), history, tail: tail + "]}" }

@@ -6,7 +6,7 @@
  * Tool-call ids are `call_id|item_id`, so a replay to the same model can restore both.
  */
 import { Either, Redacted, Schema } from "effect"
-import type { AssistantMessage, LlmError, RequestMessages, ResponseEvent, Usage, UserContent } from "../Llm.js"
+import type { AssistantMessage, LlmError, Message, RequestMessages, ResponseEvent, Usage, UserContent } from "../Llm.js"
 import { canonicalJson } from "../Llm.js"
 import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead } from "./Adapter.js"
 import {
@@ -20,10 +20,11 @@ import {
   layoutHistory,
   llmError,
   type Machine,
-  pushPart,
+  pushMessage,
   type StreamMeta,
   transformForReplay
 } from "./Common.js"
+import { itemsOf, memoFor, type MessageParts } from "./common/HistoryParts.js"
 import type { SseEvent } from "./Sse.js"
 
 export const api = "openai-responses"
@@ -333,17 +334,20 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   }
   delete fields["input"]
   const groups: Array<Group> = []
-  for (const message of transformForReplay(request.messages, target)) {
+  const memo = memoFor(api, settings)
+  const partOf = (message: Message): MessageParts => {
     switch (message.role) {
       case "user":
-        pushPart(groups, "", "", undefined, canonicalJson({ role: "user", content: message.content.map(inputPart) }))
-        break
+        return itemsOf([canonicalJson({ role: "user", content: message.content.map(inputPart) })])
       case "toolResult":
-        pushPart(groups, "", "", undefined, canonicalJson({ type: "function_call_output", call_id: splitId(message.toolCallId).callId, output: contentText(message.content) }))
-        break
+        return itemsOf([canonicalJson({ type: "function_call_output", call_id: splitId(message.toolCallId).callId, output: contentText(message.content) })])
       case "assistant":
-        for (const item of assistantItems(message, isSameModel(message, target))) pushPart(groups, "", "", undefined, item)
+        return itemsOf(assistantItems(message, isSameModel(message, target)))
     }
+  }
+  for (const message of transformForReplay(request.messages, target)) {
+    const { close, mergeKey, open, parts } = memo.partsOf(message, partOf)
+    pushMessage(groups, open, close, mergeKey, parts)
   }
   const { history, tail } = layoutHistory(groups, "")
   return { head: openHead(fields, "input"), history, tail: tail + "]}" }

@@ -217,9 +217,12 @@ export const withoutImages = (request: RequestMessages, model: string): RequestM
   if (!request.messages.some((message) => message.role !== "assistant" && message.content.some((block) => block.type === "image"))) return request
   return {
     ...request,
-    messages: request.messages.map((message): Message =>
-      message.role === "user" ? { ...message, content: strip(message.content) } : message.role === "toolResult" ? { ...message, content: strip(message.content) } : message
-    )
+    messages: request.messages.map((message): Message => {
+      if (message.role === "assistant") return message
+      // A message without an image stays the same object (adapters remember what it became: `HistoryParts.ts`).
+      const content = strip(message.content)
+      return content === message.content ? message : { ...message, content }
+    })
   }
 }
 
