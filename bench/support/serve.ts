@@ -12,6 +12,7 @@
 import * as HttpServer from "@effect/platform/HttpServer"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Effect, Schema } from "effect"
+import * as Cli from "../../src/Cli.js"
 import * as Config from "../../src/Config.js"
 import * as Proxy from "../../src/hookup/Proxy.js"
 import * as Scheduler from "../../src/internal/Scheduler.js"
@@ -44,4 +45,7 @@ const program = Effect.gen(function*() {
   // On the scheduler `npm start` runs the server on.
 }).pipe(Effect.provide(Server.layer(config)), Effect.provide(NodeContext.layer), Effect.withScheduler(Scheduler.server))
 
-NodeRuntime.runMain(program)
+// The logger `npm start` picks (stdout is a pipe here: logfmt, unless BYOK_LOG_FORMAT says otherwise).
+const logging = Cli.logging(process.env)
+if (typeof logging === "string") throw new Error(logging)
+NodeRuntime.runMain(program.pipe(Effect.provide(logging)), { disablePrettyLogger: true })

@@ -4,7 +4,7 @@
  * resolved provider/model settings. Kept apart from `Router.ts` so adapters never import it.
  */
 import type { Redacted } from "effect"
-import { canonicalJson, type RequestMessages } from "../Llm.js"
+import { canonicalJson, type RequestMessages, type ToolDefinition } from "../Llm.js"
 import type { Machine, StreamMeta } from "./Common.js"
 import type { ProviderRequest } from "./Http.js"
 
@@ -74,10 +74,53 @@ export const makeAdapter = (spec: {
   })
 })
 
-/** `{...head fields...,"<key>":[` with the history array opened last, from canonical JSON. */
+/** JSON made already, that `openHead` puts in as it is: a tool list's (`toolsOnWire`). */
+export class PreparedJson {
+  constructor(readonly json: string) {}
+}
+
+// A call's head carries the tool list, each tool's JSON schema included: Cursor's native tools
+// are ~20 KB of canonical JSON, made again at every model call of the agent's loop (~0.3 ms a
+// call in the cost bench, measured in a CPU profile). A tool list is treated as immutable (as
+// `Llm.toolsHash` does; the catalogs are built once), so its wire JSON is made once per list
+// object and wire shape.
+const toolJsons = new WeakMap<ReadonlyArray<ToolDefinition>, Map<string, PreparedJson>>()
+
+/**
+ * The canonical JSON of `toWire(tools)`, made once per tool list object and `shape` (a name of
+ * everything `toWire` depends on besides the list: the wire API and any setting it reads).
+ */
+export const toolsOnWire = (
+  tools: ReadonlyArray<ToolDefinition>,
+  shape: string,
+  toWire: (tools: ReadonlyArray<ToolDefinition>) => unknown
+): PreparedJson => {
+  let shapes = toolJsons.get(tools)
+  if (shapes === undefined) {
+    shapes = new Map()
+    toolJsons.set(tools, shapes)
+  }
+  let prepared = shapes.get(shape)
+  if (prepared === undefined) {
+    prepared = new PreparedJson(canonicalJson(toWire(tools)))
+    shapes.set(shape, prepared)
+  }
+  return prepared
+}
+
+/**
+ * `{...head fields...,"<key>":[` with the history array opened last: the fields' canonical JSON
+ * (keys in code-point order, `undefined` left out), a `PreparedJson` value as it is.
+ */
 export const openHead = (fields: Readonly<Record<string, unknown>>, arrayKey: string): string => {
-  const json = canonicalJson(fields)
-  return json.slice(0, -1) + (json.length > 2 ? "," : "") + JSON.stringify(arrayKey) + ":["
+  let out = "{"
+  for (const key of Object.keys(fields).sort()) {
+    const value = fields[key]
+    if (value === undefined || typeof value === "function" || typeof value === "symbol") continue
+    if (out.length > 1) out += ","
+    out += JSON.stringify(key) + ":" + (value instanceof PreparedJson ? value.json : canonicalJson(value))
+  }
+  return out + (out.length > 1 ? "," : "") + JSON.stringify(arrayKey) + ":["
 }
 
 /** Joins a base URL and a path without doubling or losing the slash. */

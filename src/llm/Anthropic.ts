@@ -10,7 +10,7 @@
 import { Either, Redacted, Schema } from "effect"
 import type { AssistantMessage, LlmError, Message, RequestMessages, ResponseEvent, StopReason, Usage, UserContent } from "../Llm.js"
 import { canonicalJson } from "../Llm.js"
-import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead } from "./Adapter.js"
+import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead, toolsOnWire } from "./Adapter.js"
 import {
   anthropicToolCallId,
   Assembler,
@@ -301,12 +301,13 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
     fields["system"] = [{ type: "text", text: request.systemPrompt, ...(useCache ? { cache_control: cacheMarker } : {}) }]
   }
   if (request.tools.length > 0) {
-    fields["tools"] = request.tools.map((tool, i) => ({
-      name: tool.name,
-      description: tool.description,
-      input_schema: tool.parameters,
-      ...(useCache && i === request.tools.length - 1 ? { cache_control: cacheMarker } : {})
-    }))
+    fields["tools"] = toolsOnWire(request.tools, `${api}/${useCache ? "cached" : "uncached"}`, (tools) =>
+      tools.map((tool, i) => ({
+        name: tool.name,
+        description: tool.description,
+        input_schema: tool.parameters,
+        ...(useCache && i === tools.length - 1 ? { cache_control: cacheMarker } : {})
+      })))
   }
   if (budget !== undefined) fields["thinking"] = { type: "enabled", budget_tokens: budget }
   delete fields["messages"]

@@ -8,7 +8,7 @@
 import { Either, Redacted, Schema } from "effect"
 import type { AssistantMessage, LlmError, Message, RequestMessages, ResponseEvent, StopReason, Usage, UserContent } from "../Llm.js"
 import { canonicalJson } from "../Llm.js"
-import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead } from "./Adapter.js"
+import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead, toolsOnWire } from "./Adapter.js"
 import {
   Assembler,
   classifyStreamError,
@@ -317,9 +317,9 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   }
   if (request.systemPrompt.length > 0) fields["systemInstruction"] = { parts: [{ text: request.systemPrompt }] }
   if (request.tools.length > 0) {
-    fields["tools"] = [{
-      functionDeclarations: request.tools.map((tool) => ({ name: tool.name, description: tool.description, parametersJsonSchema: tool.parameters }))
-    }]
+    fields["tools"] = toolsOnWire(request.tools, api, (tools) => [{
+      functionDeclarations: tools.map((tool) => ({ name: tool.name, description: tool.description, parametersJsonSchema: tool.parameters }))
+    }])
   }
   delete fields["contents"]
 

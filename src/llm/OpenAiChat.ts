@@ -13,7 +13,7 @@
 import { Either, Redacted } from "effect"
 import type { AssistantMessage, LlmError, Message, RequestMessages, ResponseEvent } from "../Llm.js"
 import { canonicalJson } from "../Llm.js"
-import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead } from "./Adapter.js"
+import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead, toolsOnWire } from "./Adapter.js"
 import {
   Assembler,
   classifyStreamError,
@@ -317,10 +317,11 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   // In the head: the same for every call of a conversation, so the body stays a prefix of the next.
   if (compat.promptCacheKey && settings.promptCacheKey !== undefined) fields["prompt_cache_key"] = settings.promptCacheKey
   if (request.tools.length > 0) {
-    fields["tools"] = request.tools.map((tool) => ({
-      type: "function",
-      function: { name: tool.name, description: tool.description, parameters: tool.parameters }
-    }))
+    fields["tools"] = toolsOnWire(request.tools, api, (tools) =>
+      tools.map((tool) => ({
+        type: "function",
+        function: { name: tool.name, description: tool.description, parameters: tool.parameters }
+      })))
   }
   delete fields["messages"]
   const groups: Array<Group> = []

@@ -8,7 +8,7 @@
 import { Either, Redacted, Schema } from "effect"
 import type { AssistantMessage, LlmError, Message, RequestMessages, ResponseEvent, Usage, UserContent } from "../Llm.js"
 import { canonicalJson } from "../Llm.js"
-import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead } from "./Adapter.js"
+import { type Adapter, type BodyParts, type CallSettings, makeAdapter, openHead, toolsOnWire } from "./Adapter.js"
 import {
   Assembler,
   classifyStreamError,
@@ -330,7 +330,8 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
   // compat `promptCacheKey: false` for a Responses server that rejects the field.
   if (settings.compat["promptCacheKey"] !== false && settings.promptCacheKey !== undefined) fields["prompt_cache_key"] = settings.promptCacheKey
   if (request.tools.length > 0) {
-    fields["tools"] = request.tools.map((tool) => ({ type: "function", name: tool.name, description: tool.description, parameters: tool.parameters, strict: false }))
+    fields["tools"] = toolsOnWire(request.tools, api, (tools) =>
+      tools.map((tool) => ({ type: "function", name: tool.name, description: tool.description, parameters: tool.parameters, strict: false })))
   }
   delete fields["input"]
   const groups: Array<Group> = []

@@ -2,7 +2,8 @@
  * The remembered history parts (`src/llm/common/HistoryParts.ts`): a body built call after call
  * of one conversation, the memo warm, has the bytes of a body built from nothing, whatever the
  * history and whichever model each call goes to; and the memo is really used (a message object
- * is serialized once per conversation and target) and bounded.
+ * is serialized once per conversation and target) and bounded. The head's tool list, made once
+ * per list object and wire shape (`toolsOnWire`), is checked the same way.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { FastCheck } from "effect"
@@ -24,7 +25,7 @@ describe("remembered history parts", () => {
       [
         history,
         FastCheck.array(FastCheck.constantFrom("model-a", "model-b", "gemini-3-pro"), { minLength: 12, maxLength: 12 }),
-        FastCheck.array(FastCheck.constantFrom({}, { replayReasoning: "always" }, { replayReasoning: "never" }), { minLength: 7, maxLength: 7 })
+        FastCheck.array(FastCheck.constantFrom({}, { replayReasoning: "always" }, { replayReasoning: "never" }, { cacheControl: false }), { minLength: 7, maxLength: 7 })
       ],
       ([messages, models, compats]) => {
         const conversation = `conversation-${conversations++}`
@@ -34,7 +35,10 @@ describe("remembered history parts", () => {
           // The same message objects from call to call, as the runner keeps them.
           const request = requestOf(messages.slice(0, n))
           const warm = adapter.buildBody(request, settingsFor(adapter, { model, compat, promptCacheKey: conversation }))
-          const cold = adapter.buildBody(structuredClone(request), settingsFor(adapter, { model, compat }))
+          // A clone shares no object with what the memos hold: everything in it is made afresh.
+          const cold = adapter.buildBody(structuredClone(request), settingsFor(adapter, { model, compat, promptCacheKey: conversation }))
+          // The head too: the tool list's JSON is remembered by the list object and the wire shape.
+          expect(warm.head).toBe(cold.head)
           expect(warm.history).toBe(cold.history)
           expect(warm.tail).toBe(cold.tail)
         }

@@ -29,7 +29,7 @@ describe("request bodies", () => {
     it(`${api}: the same request gives the same bytes, whatever order the tool schema's keys were built in`, () => {
       const a = adapter.prepare(requestOf([]), settingsFor(adapter))
       const b = adapter.prepare(
-        { ...requestOf([]), tools: [{ parameters: { properties: { path: { type: "string" } }, type: "object" }, description: "Read a file", name: "read" }] },
+        { ...requestOf([]), tools: requestOf([]).tools.map((tool) => keysReversed(tool) as typeof tool) },
         settingsFor(adapter)
       )
       expect(a.body).toBe(b.body)
@@ -37,6 +37,13 @@ describe("request bodies", () => {
     })
   }
 })
+
+/** The same value with every object's keys in the reverse order (another list object too). */
+function keysReversed(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(keysReversed)
+  if (typeof value !== "object" || value === null) return value
+  return Object.fromEntries(Object.entries(value).reverse().map(([key, member]) => [key, keysReversed(member)]))
+}
 
 // -----------------------------------------------------------------------------
 // Replay rules

@@ -77,8 +77,14 @@ export const turn: FastCheck.Arbitrary<Array<Message>> = FastCheck.tuple(
 
 export const history = FastCheck.array(turn, { minLength: 1, maxLength: 5 }).map((turns) => turns.flat())
 
+/** One tool list for every request, as the runner's catalogs are built once. */
+const tools: RequestMessages["tools"] = [
+  { name: "read", description: "Read a file", parameters: { type: "object", properties: { path: { type: "string" } } } },
+  { name: "grep", description: "Search files", parameters: { type: "object", properties: { pattern: { type: "string" }, path: { type: "string" } }, required: ["pattern"] } }
+]
+
 export const requestOf = (messages: ReadonlyArray<Message>): RequestMessages => ({
   systemPrompt: "You are a test.",
   messages,
-  tools: [{ name: "read", description: "Read a file", parameters: { type: "object", properties: { path: { type: "string" } } } }]
+  tools
 })
