@@ -16,13 +16,13 @@
  *
  *   node_modules/.bin/tsx bench/body.ts
  */
-import { Redacted } from "effect"
 import { performance } from "node:perf_hooks"
 import { pathToFileURL } from "node:url"
 import type { AssistantMessage, Message, RequestMessages, ToolDefinition, ToolResultMessage } from "../src/Llm.js"
 import { emptyUsage } from "../src/Llm.js"
 import type { Adapter, CallSettings } from "../src/llm/Adapter.js"
 import { adapters } from "../src/llm/Router.js"
+import { settingsFor } from "../test/support/Histories.js"
 import { median } from "./support/stats.js"
 
 const LENGTHS = [100, 800] as const
@@ -76,18 +76,8 @@ const tools: ReadonlyArray<ToolDefinition> = Array.from({ length: 20 }, (_, i) =
 }))
 const systemPrompt = textOf(7, 12_000)
 
-const settingsOf = (adapter: Adapter, promptCacheKey: string | undefined): CallSettings => ({
-  provider: "p1",
-  baseUrl: "https://example.test/v1",
-  apiKey: Redacted.make("sk-bench"),
-  headers: {},
-  extraBody: {},
-  compat: {},
-  model: modelOf(adapter),
-  maxOutputTokens: undefined,
-  thinking: undefined,
-  ...(promptCacheKey === undefined ? {} : { promptCacheKey })
-})
+const settingsOf = (adapter: Adapter, promptCacheKey: string | undefined): CallSettings =>
+  settingsFor(adapter, { baseUrl: "https://example.test/v1", maxOutputTokens: undefined, ...(promptCacheKey === undefined ? {} : { promptCacheKey }) })
 
 const timeOne = (adapter: Adapter, request: RequestMessages, settings: CallSettings): { readonly ms: number; readonly bytes: number } => {
   const started = performance.now()

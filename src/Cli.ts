@@ -102,6 +102,8 @@ const LEVELS: Record<string, LogLevel.LogLevel> = {
   warning: LogLevel.Warning, warn: LogLevel.Warning, error: LogLevel.Error, fatal: LogLevel.Fatal, none: LogLevel.None
 }
 
+const FORMATS: Record<string, Layer.Layer<never>> = { pretty: Logger.pretty, logfmt: Logger.logFmt, json: Logger.json }
+
 /**
  * The logger: `BYOK_LOG_FORMAT=json` for one JSON object per line (log shippers), `logfmt` for
  * one `key=value` line per entry, `pretty` for the console logger (an entry over several lines,
@@ -124,8 +126,6 @@ export const logging = (
   if (level === undefined) return `BYOK_LOG_LEVEL must be one of ${Object.keys(LEVELS).join(", ")}, got ${levelText}`
   return Layer.merge(logger, Logger.minimumLogLevel(level))
 }
-
-const FORMATS: Record<string, Layer.Layer<never>> = { pretty: Logger.pretty, logfmt: Logger.logFmt, json: Logger.json }
 
 /** Runs the command line; a typed failure is one readable line and exit status 1. */
 export const run = (argv: ReadonlyArray<string>) =>

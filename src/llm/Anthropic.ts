@@ -18,7 +18,6 @@ import {
   decodeKnownEvent,
   decoderFor,
   type Group,
-  pushMessage,
   isSameModel,
   layoutHistory,
   llmError,
@@ -26,7 +25,7 @@ import {
   type StreamMeta,
   transformForReplay
 } from "./Common.js"
-import { memoFor, type MessageParts } from "./common/HistoryParts.js"
+import { groupOf, memoFor, type MessageParts, pushHistory } from "./common/HistoryParts.js"
 import type { SseEvent } from "./Sse.js"
 
 export const api = "anthropic"
@@ -314,15 +313,13 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
 
   const groups: Array<Group> = []
   // Consecutive user-side messages (all tool results of a turn, then a user text) form one message.
-  const wire = (role: "user" | "assistant", parts: ReadonlyArray<string>): MessageParts =>
-    ({ open: `{"content":[`, close: `],"role":"${role}"}`, mergeKey: role === "user" ? "user" : undefined, parts })
   const memo = memoFor(api, settings)
   const partOf = (message: Message): MessageParts => {
     switch (message.role) {
       case "user":
-        return wire("user", message.content.map(userBlock))
+        return groupOf("content", "user", message.content.map(userBlock))
       case "toolResult":
-        return wire("user", [canonicalJson({
+        return groupOf("content", "user", [canonicalJson({
           type: "tool_result",
           tool_use_id: message.toolCallId,
           content: message.content.map((block) =>
@@ -331,13 +328,10 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
           is_error: message.isError
         })])
       case "assistant":
-        return wire("assistant", assistantBlocks(message, isSameModel(message, target)))
+        return groupOf("content", "assistant", assistantBlocks(message, isSameModel(message, target)))
     }
   }
-  for (const message of transformForReplay(request.messages, target)) {
-    const { close, mergeKey, open, parts } = memo.partsOf(message, partOf)
-    pushMessage(groups, open, close, mergeKey, parts)
-  }
+  pushHistory(groups, memo, transformForReplay(request.messages, target), partOf)
   const lastGroup = groups[groups.length - 1]
   const suffix = useCache && lastGroup?.mergeKey === "user" ? cacheMarkerSuffix : ""
   const { history, tail } = layoutHistory(groups, suffix)

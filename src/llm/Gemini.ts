@@ -16,7 +16,6 @@ import {
   decodeJson,
   decoderFor,
   type Group,
-  pushMessage,
   isSameModel,
   layoutHistory,
   llmError,
@@ -24,7 +23,7 @@ import {
   type StreamMeta,
   transformForReplay
 } from "./Common.js"
-import { memoFor, type MessageParts } from "./common/HistoryParts.js"
+import { groupOf, memoFor, type MessageParts, pushHistory } from "./common/HistoryParts.js"
 import type { SseEvent } from "./Sse.js"
 
 export const api = "gemini"
@@ -325,27 +324,22 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
 
   const groups: Array<Group> = []
   // All function responses of a turn (and a user text after them) share one content.
-  const wire = (role: "user" | "model", parts: ReadonlyArray<string>): MessageParts =>
-    ({ open: `{"parts":[`, close: `],"role":"${role}"}`, mergeKey: role === "user" ? "user" : undefined, parts })
   const memo = memoFor(api, settings)
   const partOf = (message: Message): MessageParts => {
     switch (message.role) {
       case "user":
-        return wire("user", message.content.map(userPart))
+        return groupOf("parts", "user", message.content.map(userPart))
       case "toolResult": {
         const text = contentText(message.content)
-        return wire("user", [canonicalJson({
+        return groupOf("parts", "user", [canonicalJson({
           functionResponse: { name: message.toolName, id: wireId(message.toolCallId), response: message.isError ? { error: text } : { output: text } }
         })])
       }
       case "assistant":
-        return wire("model", modelParts(message, isSameModel(message, target), gemini3))
+        return groupOf("parts", "model", modelParts(message, isSameModel(message, target), gemini3))
     }
   }
-  for (const message of transformForReplay(request.messages, target)) {
-    const { close, mergeKey, open, parts } = memo.partsOf(message, partOf)
-    pushMessage(groups, open, close, mergeKey, parts)
-  }
+  pushHistory(groups, memo, transformForReplay(request.messages, target), partOf)
   const { history, tail } = layoutHistory(groups, "")
   return { head: openHead(fields, "contents"), history, tail: tail + "]}" }
 }

@@ -26,12 +26,11 @@ import {
   type Machine,
   malformed,
   openAiToolCallId,
-  pushMessage,
   pushPart,
   type StreamMeta,
   transformForReplay
 } from "./Common.js"
-import { itemsOf, memoFor, type MessageParts } from "./common/HistoryParts.js"
+import { itemsOf, memoFor, type MessageParts, pushHistory } from "./common/HistoryParts.js"
 import {
   ChatChunk,
   type ChatToolCallDelta,
@@ -339,10 +338,7 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
         return itemsOf([canonicalJson({ role: "tool", tool_call_id: message.toolCallId, content: contentText(message.content) })])
     }
   }
-  for (const message of transformForReplay(request.messages, target)) {
-    const { close, mergeKey, open, parts } = memo.partsOf(message, partOf)
-    pushMessage(groups, open, close, mergeKey, parts)
-  }
+  pushHistory(groups, memo, transformForReplay(request.messages, target), partOf)
   const { history, tail } = layoutHistory(groups, "")
   return { head: openHead(fields, "messages"), history, tail: tail + "]}" }
 }

@@ -20,11 +20,10 @@ import {
   layoutHistory,
   llmError,
   type Machine,
-  pushMessage,
   type StreamMeta,
   transformForReplay
 } from "./Common.js"
-import { itemsOf, memoFor, type MessageParts } from "./common/HistoryParts.js"
+import { itemsOf, memoFor, type MessageParts, pushHistory } from "./common/HistoryParts.js"
 import type { SseEvent } from "./Sse.js"
 
 export const api = "openai-responses"
@@ -346,10 +345,7 @@ export const buildBody = (request: RequestMessages, settings: CallSettings): Bod
         return itemsOf(assistantItems(message, isSameModel(message, target)))
     }
   }
-  for (const message of transformForReplay(request.messages, target)) {
-    const { close, mergeKey, open, parts } = memo.partsOf(message, partOf)
-    pushMessage(groups, open, close, mergeKey, parts)
-  }
+  pushHistory(groups, memo, transformForReplay(request.messages, target), partOf)
   const { history, tail } = layoutHistory(groups, "")
   return { head: openHead(fields, "input"), history, tail: tail + "]}" }
 }

@@ -19,6 +19,7 @@
 import { canonicalJson } from "../../Llm.js"
 import type { Message } from "../../Llm.js"
 import type { CallSettings } from "../Adapter.js"
+import { type Group, pushMessage } from "../Common.js"
 
 /** One message's share of the body: the group it opens or joins (`Common.pushMessage`), and its parts. */
 export interface MessageParts {
@@ -84,3 +85,23 @@ export const memoFor = (api: string, settings: CallSettings): PartsMemo =>
 
 /** A message that is items of the body's array, with no group of its own (the OpenAI APIs: one item, or several for an answer). */
 export const itemsOf = (parts: ReadonlyArray<string>): MessageParts => ({ open: "", close: "", mergeKey: undefined, parts })
+
+/**
+ * A message that is parts of a `{"<field>":[...],"role":"<role>"}` group (Anthropic's
+ * `content`, Gemini's `parts`); consecutive user-side messages join one group.
+ */
+export const groupOf = (field: string, role: string, parts: ReadonlyArray<string>): MessageParts =>
+  ({ open: `{${JSON.stringify(field)}:[`, close: `],"role":${JSON.stringify(role)}}`, mergeKey: role === "user" ? "user" : undefined, parts })
+
+/** Pushes each message's parts (`make` for those the memo does not know yet) into the body's groups. */
+export const pushHistory = (
+  groups: Array<Group>,
+  memo: PartsMemo,
+  messages: ReadonlyArray<Message>,
+  make: (message: Message) => MessageParts
+): void => {
+  for (const message of messages) {
+    const { close, mergeKey, open, parts } = memo.partsOf(message, make)
+    pushMessage(groups, open, close, mergeKey, parts)
+  }
+}
