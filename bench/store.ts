@@ -6,8 +6,11 @@
  * Each run opens a fresh SQLite file (WAL, synchronous=NORMAL, as in production) with ten
  * conversations of the given length, then commits one step to each in turn: a realistic step
  * appends one message of about 1 KB and plans a model call (whose request references the
- * whole history) or a client operation. Only `commitInput` is timed. The table gives the
- * median over runs of each run's median.
+ * whole history) or a client operation. Only `commitInput` is timed, and a lookup of an input
+ * that was never applied (`findInputCommit`, as the runner asks before each client input). The
+ * table gives the median over runs of each run's median, on the Store's direct way (the
+ * server's: `store/Connection.ts`) and, for comparison, on the client's way (the same database
+ * behind a bare `SqlClient`, as the Store runs on any other client).
  *
  *   node_modules/.bin/tsx bench/store.ts
  */
@@ -112,21 +115,29 @@ export const median = (values: ReadonlyArray<number>): number => {
   return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
 }
 
+/** Which way the Store's statements take: the server's direct way, or the `SqlClient`'s alone. */
+type Way = "direct" | "client"
+
 interface RunResult {
   readonly medianMs: number
+  readonly lookupMs: number
   /** One `load` of a conversation (decode and verify every message), for scale. */
   readonly loadMs: number
   readonly bytesPerMessage: number
   readonly jsonBytesPerMessage: number
 }
 
-const oneRun = (length: number, pool: ReturnType<typeof makePool>) =>
+const oneRun = (length: number, pool: ReturnType<typeof makePool>, way: Way) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const directory = yield* fs.makeTempDirectoryScoped({ prefix: "cursor-byok-bench-" })
     const filename = path.join(directory, "store.db")
-    const layer = Store.layerSql.pipe(Layer.provideMerge(Store.layerSqliteClient({ filename })))
+    const connection = Store.layerSqliteClient({ filename })
+    // The client's way: the same connection as a bare `SqlClient` (the Store finds no `Direct`).
+    const layer = Store.layerSql.pipe(Layer.provideMerge(
+      way === "direct" ? connection : Layer.effect(SqlClient.SqlClient, SqlClient.SqlClient).pipe(Layer.provide(connection))
+    ))
     return yield* Effect.gen(function*() {
       const store = yield* Store.Store
       const sql = yield* SqlClient.SqlClient
@@ -153,6 +164,7 @@ const oneRun = (length: number, pool: ReturnType<typeof makePool>) =>
       }
 
       const samples: Array<number> = []
+      const lookups: Array<number> = []
       for (let round = 0; round < WARMUP_ROUNDS + MEASURED_ROUNDS; round++) {
         for (const id of ids) {
           const count = lengths.get(id)! + 1
@@ -186,6 +198,9 @@ const oneRun = (length: number, pool: ReturnType<typeof makePool>) =>
                 request: { path: `src/file${count}.ts` }
               }]
             }
+          const asked = performance.now()
+          yield* store.findInputCommit(id, `step-${count}`)
+          if (round >= WARMUP_ROUNDS) lookups.push(performance.now() - asked)
           const started = performance.now()
           const version = yield* store.commitInput({
             conversationId: id,
@@ -215,6 +230,7 @@ const oneRun = (length: number, pool: ReturnType<typeof makePool>) =>
       const messages = totals[0]!.n
       return {
         medianMs: median(samples),
+        lookupMs: median(lookups),
         loadMs,
         bytesPerMessage: (pages[0]!.page_count * pageSize[0]!.page_size) / messages,
         jsonBytesPerMessage: totals[0]!.bytes / messages
@@ -230,6 +246,11 @@ export interface StoreBenchRow {
   readonly historyLength: number
   readonly medianCommitMs: number
   readonly commitsPerSecond: number
+  /** A lookup of an input never applied. */
+  readonly lookupMs: number
+  /** The same commit and lookup on the client's way. */
+  readonly clientCommitMs: number
+  readonly clientLookupMs: number
   readonly loadMs: number
   readonly bytesPerMessage: number
   readonly jsonBytesPerMessage: number
@@ -247,21 +268,30 @@ export interface StoreBenchResult {
 export const run = async (options: { readonly runs?: number; readonly print?: boolean } = {}): Promise<StoreBenchResult> => {
   const runs = options.runs ?? 5
   const pool = makePool(LENGTHS[LENGTHS.length - 1]! + WARMUP_ROUNDS + MEASURED_ROUNDS + 2)
-  const once = (length: number) => Effect.runPromise(oneRun(length, pool).pipe(Effect.provide(NodeContext.layer)))
+  const once = (length: number, way: Way) => Effect.runPromise(oneRun(length, pool, way).pipe(Effect.provide(NodeContext.layer)))
   // One unrecorded pass so that the first length measured does not pay for the JIT warming up.
-  for (const length of LENGTHS) await once(length)
-  const results = new Map<number, Array<RunResult>>(LENGTHS.map((length) => [length, []]))
-  // Lengths interleaved within each run, so drift over time (GC, WAL growth, CPU) hits them alike.
+  for (const length of LENGTHS) await once(length, "direct")
+  const results = new Map<string, Array<RunResult>>()
+  // Lengths and ways interleaved within each run, so drift over time (GC, WAL growth, CPU) hits them alike.
   for (let i = 0; i < runs; i++) {
-    for (const length of LENGTHS) results.get(length)!.push(await once(length))
+    for (const length of LENGTHS) {
+      for (const way of ["direct", "client"] as const) {
+        const key = `${way}/${length}`
+        results.set(key, [...(results.get(key) ?? []), await once(length, way)])
+      }
+    }
   }
   const rows: Array<StoreBenchRow> = LENGTHS.map((length) => {
-    const measured = results.get(length)!
+    const measured = results.get(`direct/${length}`)!
+    const client = results.get(`client/${length}`)!
     const medianCommitMs = median(measured.map((r) => r.medianMs))
     return {
       historyLength: length,
       medianCommitMs,
       commitsPerSecond: 1000 / medianCommitMs,
+      lookupMs: median(measured.map((r) => r.lookupMs)),
+      clientCommitMs: median(client.map((r) => r.medianMs)),
+      clientLookupMs: median(client.map((r) => r.lookupMs)),
       loadMs: median(measured.map((r) => r.loadMs)),
       bytesPerMessage: median(measured.map((r) => r.bytesPerMessage)),
       jsonBytesPerMessage: median(measured.map((r) => r.jsonBytesPerMessage))
@@ -274,12 +304,14 @@ export const run = async (options: { readonly runs?: number; readonly print?: bo
   const markdown = [
     `Store commit cost (${runs} runs × ${CONVERSATIONS * MEASURED_ROUNDS} commits per history length; medians)`,
     "",
-    "| history length | commit (ms) | commits/s | DB bytes / message | message JSON bytes | load (ms) |",
-    "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    "| history length | commit (ms) | commits/s | lookup (µs) | client's way: commit (ms) / lookup (µs) | DB bytes / message | message JSON bytes | load (ms) |",
+    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ...rows.map((row) =>
       `| ${row.historyLength.toLocaleString("en-US")} | ${format(row.medianCommitMs, 3)} | ${
         Math.round(row.commitsPerSecond).toLocaleString("en-US")
-      } | ${Math.round(row.bytesPerMessage)} | ${Math.round(row.jsonBytesPerMessage)} | ${format(row.loadMs, 1)} |`
+      } | ${format(row.lookupMs * 1000, 0)} | ${format(row.clientCommitMs, 3)} / ${format(row.clientLookupMs * 1000, 0)} | ${
+        Math.round(row.bytesPerMessage)
+      } | ${Math.round(row.jsonBytesPerMessage)} | ${format(row.loadMs, 1)} |`
     ),
     "",
     `ratio 2,000 / 20: ${format(ratio, 2)}× (budget ≤ 1.5×: ${ratio <= 1.5 ? "met" : "MISSED"})`

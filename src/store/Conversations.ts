@@ -9,7 +9,6 @@ import { canonicalJson, emptyMessagesHash, extendMessagesHash, serializeMessage 
 import type { ConversationState, WaitingClient } from "../Loop.js"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
-import * as Tx from "./Tx.js"
 import type { Query } from "./Tx.js"
 import { checkLlmCall, insertLlmCall, rememberParts, updateLlmCall } from "./LlmCalls.js"
 import { CorruptRow, DuplicateInput, HistoryRewritten, InvalidCommit, StoreError, TURN_STARTS_LIMIT, VersionConflict } from "./Model.js"
@@ -57,7 +56,6 @@ export const lostRace = (q: Query, conversationId: string, inputId: string, expe
   })
 
 export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(function*(input: CommitInput) {
-  const { sql } = env
   const { conversationId, expectedVersion, inputId, next } = input
   if (next.conversationId !== conversationId) {
     return yield* new InvalidCommit({ conversationId, reason: `the next state belongs to ${next.conversationId}` })
@@ -200,7 +198,7 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
     return { version: newVersion, parts }
   })
 
-  const committed = yield* Tx.transaction(sql, transaction).pipe(
+  const committed = yield* env.transaction(transaction).pipe(
     Effect.catchTag("CorruptRow", (error) =>
       Effect.fail(new StoreError({ operation: "commitInput", message: error.message, cause: error }))),
     Effect.catchTag("SqlError", (error) => Effect.fail(storeError("commitInput")(error)))
@@ -209,7 +207,7 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
   return committed.version
 })
 
-export const load = ({ sql }: StoreEnv) => Effect.fn("Store.load")(function*(conversationId: string) {
+export const load = ({ transaction }: StoreEnv) => Effect.fn("Store.load")(function*(conversationId: string) {
   const read = (q: Query) => Effect.gen(function*() {
     const rows = yield* q<ConversationRow>`
       SELECT version, status, turn_id, message_count, messages_hash, waiting_json, state_json, segment_start
@@ -222,7 +220,7 @@ export const load = ({ sql }: StoreEnv) => Effect.fn("Store.load")(function*(con
       WHERE conversation_id = ${conversationId} AND seq >= ${row.segment_start} ORDER BY seq`
     return Option.some({ row, messageRows })
   })
-  const found = yield* Tx.transaction(sql, read).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("load")(e))))
+  const found = yield* transaction(read).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("load")(e))))
   if (Option.isNone(found)) return Option.none<LoadedConversation>()
   const { messageRows, row } = found.value
   const corrupt = (reason: string) =>
@@ -265,7 +263,7 @@ export const load = ({ sql }: StoreEnv) => Effect.fn("Store.load")(function*(con
 })
 
 export const findInputCommit = (env: StoreEnv) => Effect.fn("Store.findInputCommit")(function*(conversationId: string, inputId: string) {
-  return yield* recordedInput(env.sql, conversationId, inputId).pipe(
+  return yield* recordedInput(env.query, conversationId, inputId).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findInputCommit")(e)))
   )
 })
@@ -320,7 +318,7 @@ export const segments = ({ sql }: StoreEnv) => Effect.fn("Store.segments")(funct
 /** How many conversations holding the first key are tried (a message repeated across many forks). */
 const HISTORY_CANDIDATES = 16
 
-export const findHistory = ({ sql }: StoreEnv) => Effect.fn("Store.findHistory")(function*(keys: ReadonlyArray<string>) {
+export const findHistory = ({ transaction }: StoreEnv) => Effect.fn("Store.findHistory")(function*(keys: ReadonlyArray<string>) {
   if (keys.length === 0) return Option.none()
   const read = (q: Query) => Effect.gen(function*() {
     const starts = yield* q<{ conversation_id: string; seq: number }>`
@@ -337,7 +335,7 @@ export const findHistory = ({ sql }: StoreEnv) => Effect.fn("Store.findHistory")
     }
     return Option.none()
   })
-  const found = yield* Tx.transaction(sql, read).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findHistory")(e))))
+  const found = yield* transaction(read).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("findHistory")(e))))
   if (Option.isNone(found)) return Option.none()
   const { conversationId, rows, seq } = found.value
   const history = decodeHistory(conversationId, rows, keys.length, seq)

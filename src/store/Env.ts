@@ -4,7 +4,9 @@
  */
 import type * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
+import type { Effect } from "effect"
 import { systemPromptHash, toolsHash } from "../Llm.js"
+import type { Query } from "./Tx.js"
 import type { ToolDefinition } from "../Llm.js"
 import { StoreError } from "./Model.js"
 
@@ -46,7 +48,12 @@ export const storeError = (operation: string) => (error: SqlError) =>
 
 /** The explicit environment of the Store's statements, built once by `SqlStore.make`. */
 export interface StoreEnv {
+  /** The client, for the statements that need its template's fragments (`sql.in`, nested parts). */
   readonly sql: SqlClient.SqlClient
+  /** A statement outside any transaction. */
+  readonly query: Query
+  /** `body` in a transaction (BEGIN, COMMIT on success, ROLLBACK on any failure). */
+  readonly transaction: <A, E, R>(body: (q: Query) => Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
   readonly partHashes: ReturnType<typeof makePartHashes>
   /**
    * Part hashes known to be stored. Parts are immutable and never deleted, so a hash seen in a

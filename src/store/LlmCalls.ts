@@ -11,7 +11,6 @@ import type { RequestMessages } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
-import * as Tx from "./Tx.js"
 import type { Query } from "./Tx.js"
 import { CorruptRow, InvalidCommit, NotFound, RequestHashMismatch } from "./Model.js"
 import type { CallTiming, ConversationCosts, LlmCallDetails, LlmCallStatus, LlmCallUpdate, LoadedLlmCall, PlannedLlmCall } from "./Model.js"
@@ -103,7 +102,6 @@ export const updateLlmCall = (q: Query, update: LlmCallUpdate, now: number) =>
     RETURNING call_id`
 
 export const saveLlmCall = (env: StoreEnv) => Effect.fn("Store.saveLlmCall")(function*(call: PlannedLlmCall) {
-  const { sql } = env
   const invalid = (reason: string) => new InvalidCommit({ conversationId: call.conversationId, reason })
   const expected = requestHash(call.model, call.request, call.messagesHash, call.request.messages.length)
   if (expected !== call.requestHash) return yield* invalid(`model call ${call.callId}: requestHash does not match its request`)
@@ -118,7 +116,7 @@ export const saveLlmCall = (env: StoreEnv) => Effect.fn("Store.saveLlmCall")(fun
     }
     return yield* insertLlmCall(env, q, call, now)
   })
-  const parts = yield* Tx.transaction(sql, transaction).pipe(
+  const parts = yield* env.transaction(transaction).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("saveLlmCall")(e)))
   )
   yield* rememberParts(env, parts)
@@ -127,7 +125,7 @@ export const saveLlmCall = (env: StoreEnv) => Effect.fn("Store.saveLlmCall")(fun
 export const markLlmCall = (env: StoreEnv) => Effect.fn("Store.markLlmCall")(
   function*(callId: string, status: LlmCallStatus, details?: LlmCallDetails) {
     const now = yield* Clock.currentTimeMillis
-    const updated = yield* updateLlmCall(env.sql, { ...details, callId, status }, now).pipe(
+    const updated = yield* updateLlmCall(env.query, { ...details, callId, status }, now).pipe(
       Effect.catchTag("SqlError", (e) => Effect.fail(storeError("markLlmCall")(e)))
     )
     if (updated.length === 0) return yield* new NotFound({ entity: "llmCall", id: callId })
@@ -139,9 +137,9 @@ export const markLlmCall = (env: StoreEnv) => Effect.fn("Store.markLlmCall")(
  * when the first delta arrives. Never touches the status, so it cannot undo a commit or a cancel
  * that raced it; like the stream diagnostics it is not a commit point.
  */
-export const recordCallTiming = ({ sql }: StoreEnv) => Effect.fn("Store.recordCallTiming")(
+export const recordCallTiming = ({ query }: StoreEnv) => Effect.fn("Store.recordCallTiming")(
   function*(callId: string, timing: CallTiming) {
-    yield* sql`
+    yield* query`
       UPDATE llm_calls SET first_delta_ms = ${timing.firstDeltaMs}, attempts = ${timing.attempts}
       WHERE call_id = ${callId}`.pipe(
       Effect.catchTag("SqlError", (e) => Effect.fail(storeError("recordCallTiming")(e)))

@@ -7,7 +7,6 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Effect, Either, Option } from "effect"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
-import * as Tx from "./Tx.js"
 import type { Query } from "./Tx.js"
 import { NotFound } from "./Model.js"
 import type { OperationRecord, PlannedOperation } from "./Model.js"
@@ -59,14 +58,14 @@ export const readOperation = (q: Query, operationId: string) =>
 
 /** Runs a status change and returns the record as it is afterwards. */
 export const changeOperation = (
-  { sql }: StoreEnv,
+  { transaction }: StoreEnv,
   name: string,
   operationId: string,
   change: (q: Query, now: number) => Effect.Effect<unknown, SqlError>
 ) =>
   Effect.gen(function*() {
     const now = yield* Clock.currentTimeMillis
-    const record = yield* Tx.transaction(sql, (q) =>
+    const record = yield* transaction((q) =>
       Effect.gen(function*() {
         yield* change(q, now)
         return yield* readOperation(q, operationId)
@@ -78,9 +77,8 @@ export const changeOperation = (
   })
 
 export const saveOperations = (env: StoreEnv) => Effect.fn("Store.saveOperations")(function*(operations: ReadonlyArray<PlannedOperation>) {
-  const { sql } = env
   const now = yield* Clock.currentTimeMillis
-  yield* Tx.transaction(sql, (q) => insertOperations(q, operations, now)).pipe(
+  yield* env.transaction((q) => insertOperations(q, operations, now)).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("saveOperations")(e)))
   )
 })
@@ -106,7 +104,7 @@ export const cancelOperation = (env: StoreEnv) => Effect.fn("Store.cancelOperati
 })
 
 export const loadOperation = (env: StoreEnv) => Effect.fn("Store.loadOperation")(function*(operationId: string) {
-  return yield* readOperation(env.sql, operationId).pipe(
+  return yield* readOperation(env.query, operationId).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("loadOperation")(e)))
   )
 })

@@ -14,10 +14,13 @@
  * inputs and turn starts), `LlmCalls.ts` (model calls and their request parts, stream
  * diagnostics), `Operations.ts` (client operations) and `Names.ts` (chat names), each a
  * function of an explicit `StoreEnv` (`Env.ts`); the rows and their decoding are in `Rows.ts`.
- * This module builds that environment and assembles the service.
+ * This module builds that environment and assembles the service: its statements and
+ * transactions take the direct way (`Connection.ts`) when the connection offers one, else the
+ * client's (`Tx.ts`).
  */
 import * as SqlClient from "@effect/sql/SqlClient"
-import { Effect, Either } from "effect"
+import { Effect, Either, Option } from "effect"
+import { Direct } from "./Connection.js"
 import { commitInput, findHistory, findInputCommit, findSubagentRun, findTurnStarts, load, segments } from "./Conversations.js"
 import { makePartHashes, storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
@@ -36,7 +39,15 @@ export { prefixUpperBound } from "./Rows.js"
 /** The Store on any `SqlClient` whose database holds the tables of `migrations.ts`. */
 export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const env: StoreEnv = { sql, partHashes: makePartHashes(), storedParts: new Set<string>() }
+  // On SQLite's own connection (`Connection.ts`) the Store's statements take the direct way; on any other client, the client's.
+  const direct = yield* Effect.serviceOption(Direct)
+  const env: StoreEnv = {
+    sql,
+    query: Option.isSome(direct) ? direct.value.query : sql,
+    transaction: Option.isSome(direct) ? direct.value.transaction : (body) => Tx.transaction(sql, body),
+    partHashes: makePartHashes(),
+    storedParts: new Set<string>()
+  }
   return {
     load: load(env),
     findInputCommit: findInputCommit(env),
@@ -65,7 +76,7 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
   } satisfies StoreService
 })
 
-const listInFlight = ({ sql }: StoreEnv) => Effect.fn("Store.listInFlight")(function*() {
+const listInFlight = ({ transaction }: StoreEnv) => Effect.fn("Store.listInFlight")(function*() {
   const read = (q: Query) => Effect.gen(function*() {
     const calls = yield* q<LlmCallRow>`
       SELECT call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash, message_count,
@@ -77,7 +88,7 @@ const listInFlight = ({ sql }: StoreEnv) => Effect.fn("Store.listInFlight")(func
       FROM client_operations WHERE status IN ('planned', 'sent') ORDER BY created_at_ms, operation_id`
     return { calls, operations }
   })
-  const { calls, operations } = yield* Tx.transaction(sql, read).pipe(
+  const { calls, operations } = yield* transaction(read).pipe(
     Effect.catchTag("SqlError", (e) => Effect.fail(storeError("listInFlight")(e)))
   )
   const llmCalls: Array<LlmCallRecord> = []

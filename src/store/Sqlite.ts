@@ -1,7 +1,7 @@
 /**
- * The SQLite connection the Store runs on: one better-sqlite3 connection (through
- * `@effect/sql-sqlite-node`), the parent directory created, the PRAGMAs set, and the
- * migrations applied before anything else may use it.
+ * The SQLite connection the Store runs on: one better-sqlite3 connection (`Connection.ts`: the
+ * `SqlClient` of `@effect/sql` and the Store's `Direct` way on one handle), the parent directory
+ * created, the PRAGMAs set, and the migrations applied before anything else may use it.
  *
  * Everything SQLite-specific sits here and in `migrations.ts`; `SqlStore.ts` only needs a
  * `SqlClient` whose database has the Store's tables.
@@ -14,6 +14,8 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import * as SqliteMigrator from "@effect/sql-sqlite-node/SqliteMigrator"
 import { Context, Effect, Layer } from "effect"
+import * as Connection from "./Connection.js"
+import type { Direct } from "./Connection.js"
 import { StoreError } from "./Model.js"
 import { migrations } from "./migrations.js"
 
@@ -27,10 +29,10 @@ export interface SqliteOptions {
 const fail = (operation: string) => (cause: { readonly message: string }) =>
   new StoreError({ operation, message: cause.message, cause })
 
-/** A migrated SQLite database as both `SqliteClient` and the generic `SqlClient`. */
+/** A migrated SQLite database as `SqliteClient`, the generic `SqlClient` and the Store's `Direct` way, on one connection. */
 export const layerClient = (
   options: SqliteOptions
-): Layer.Layer<SqliteClient.SqliteClient | SqlClient.SqlClient, StoreError> =>
+): Layer.Layer<SqliteClient.SqliteClient | SqlClient.SqlClient | Direct, StoreError> =>
   Layer.scopedContext(
     Effect.gen(function*() {
       if (options.filename !== ":memory:") {
@@ -40,8 +42,8 @@ export const layerClient = (
           Effect.mapError(fail("open"))
         )
       }
-      const client = yield* SqliteClient.make({ filename: options.filename }).pipe(Effect.mapError(fail("open")))
-      const context = Context.make(SqliteClient.SqliteClient, client).pipe(Context.add(SqlClient.SqlClient, client))
+      const context = yield* Connection.context(options.filename).pipe(Effect.mapError(fail("open")))
+      const client = Context.get(context, SqlClient.SqlClient)
       // WAL is set by the client for files; NORMAL is durable in WAL mode except for the last commits on power loss.
       yield* client.unsafe("PRAGMA synchronous = NORMAL")
       yield* client.unsafe(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`)

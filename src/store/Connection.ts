@@ -1,0 +1,194 @@
+/**
+ * The one SQLite connection of the server, two ways in:
+ *
+ * - the `SqlClient` (and `SqliteClient`) of `@effect/sql`, for the migrations, the console's
+ *   reads and every statement written with the client's template and fragments;
+ * - `Direct`: the Store's statements (`Tx.Query`, texts worked out once per call site) run on
+ *   better-sqlite3's prepared statements, in transactions of its own.
+ *
+ * Why by hand: `@effect/sql-sqlite-node` keeps its better-sqlite3 handle to itself, and each of
+ * its statements goes through a TTL cache of prepared statements, a span, a scope and the
+ * connection's semaphore (~50 fiber operations; a `withTransaction` ~100 more). A short turn
+ * ran ~20 Store statements in 3 transactions: ~1,070 of its ~3,800 fiber operations (counted
+ * with a scratch run-loop hook, `bench/cost.ts`'s load). Here a statement is one `Effect.try`
+ * over a statement prepared once. The client below is built as that package builds its own
+ * (`SqlClient.make` with a connection over the same handle), so both ways share one handle and
+ * one lock.
+ *
+ * The lock: better-sqlite3 runs each statement synchronously, so statements never overlap; a
+ * transaction does, as its body runs over several fiber steps. Every transaction (the client's
+ * and `Direct`'s) holds the connection's one permit from BEGIN to its end, and a `Direct`
+ * statement outside a transaction runs at once only while no transaction is open on the
+ * connection (else through the client, which waits for the permit, or uses the transaction's
+ * connection when the calling fiber is inside the client's transaction).
+ */
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { Connection as SqlConnection } from "@effect/sql/SqlConnection"
+import { SqlError } from "@effect/sql/SqlError"
+import * as Statement from "@effect/sql/Statement"
+import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
+import Database from "better-sqlite3"
+import { Context, Effect, Exit, Option, Scope } from "effect"
+import { textOf } from "./Tx.js"
+import type { Query, Value } from "./Tx.js"
+
+/** The Store's way past the client: its statements and transactions on the connection's own handle. */
+export interface DirectService {
+  /** A statement outside any transaction. */
+  readonly query: Query
+  /** `body` in a transaction: BEGIN, COMMIT on success, ROLLBACK on any failure, defect or interruption. */
+  readonly transaction: <A, E, R>(body: (q: Query) => Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
+}
+
+export class Direct extends Context.Tag("cursor-byok/store/Direct")<Direct, DirectService>() {}
+
+const PREPARED_LIMIT = 256
+
+const failed = (cause: unknown, message = "Failed to execute statement") => new SqlError({ cause, message })
+
+/** Opens `filename` (WAL for a file) as the `SqliteClient`, the `SqlClient` and `Direct`, closed with the scope. */
+export const open = (filename: string) =>
+  Effect.gen(function*() {
+    const scope = yield* Effect.scope
+    const db = yield* Effect.try({ try: () => new Database(filename), catch: (cause) => failed(cause, "Failed to open the database") })
+    yield* Scope.addFinalizer(scope, Effect.sync(() => db.close()))
+    if (filename !== ":memory:") db.pragma("journal_mode = WAL")
+
+    // Prepared once per text; the Store's texts are a fixed set, the client's few more.
+    const prepared = new Map<string, Database.Statement>()
+    const prepare = (sql: string): Database.Statement => {
+      let statement = prepared.get(sql)
+      if (statement === undefined) {
+        statement = db.prepare(sql)
+        if (prepared.size >= PREPARED_LIMIT) prepared.delete(prepared.keys().next().value!)
+        prepared.set(sql, statement)
+      }
+      return statement
+    }
+    /** A statement's rows (none for one that returns none), as `@effect/sql-sqlite-node` gives them. */
+    const rowsOf = (statement: Database.Statement, params: ReadonlyArray<unknown>): ReadonlyArray<any> => {
+      if (statement.reader) return statement.all(...params)
+      statement.run(...params)
+      return []
+    }
+    const execute = (sql: string, params: ReadonlyArray<unknown>) =>
+      Effect.try({ try: () => rowsOf(prepare(sql), params), catch: (cause) => failed(cause) })
+
+    const connection: SqlConnection = {
+      execute: (sql, params, transformRows) =>
+        transformRows === undefined ? execute(sql, params) : Effect.map(execute(sql, params), transformRows),
+      executeRaw: (sql, params) =>
+        Effect.try({ try: () => prepare(sql).run(...params), catch: (cause) => failed(cause) }),
+      executeValues: (sql, params) =>
+        Effect.try({
+          try: () => {
+            const statement = prepare(sql)
+            if (!statement.reader) return rowsOf(statement, params)
+            try {
+              return statement.raw(true).all(...params) as ReadonlyArray<ReadonlyArray<unknown>>
+            } finally {
+              statement.raw(false)
+            }
+          },
+          catch: (cause) => failed(cause)
+        }),
+      executeUnprepared: (sql, params, transformRows) => {
+        const rows = Effect.try({ try: () => rowsOf(db.prepare(sql), params), catch: (cause) => failed(cause) })
+        return transformRows === undefined ? rows : Effect.map(rows, transformRows)
+      },
+      executeStream: () => Effect.dieMessage("executeStream not implemented") as never
+    }
+
+    const lock = yield* Effect.makeSemaphore(1)
+    const client = yield* SqlClient.make({
+      acquirer: lock.withPermits(1)(Effect.succeed(connection)),
+      transactionAcquirer: Effect.uninterruptibleMask((restore) =>
+        Effect.as(
+          Effect.zipRight(restore(lock.take(1)), Effect.tap(Effect.scope, (scope) => Scope.addFinalizer(scope, lock.release(1)))),
+          connection
+        )
+      ),
+      compiler: Statement.makeCompilerSqlite(),
+      spanAttributes: [["db.system.name", "sqlite"]]
+    })
+    const sqlite: SqliteClient.SqliteClient = Object.assign(client, {
+      [SqliteClient.TypeId]: SqliteClient.TypeId as typeof SqliteClient.TypeId,
+      config: { filename },
+      export: Effect.try({ try: () => db.serialize() as Uint8Array, catch: (cause) => failed(cause, "Failed to export database") }),
+      backup: (destination: string) =>
+        Effect.tryPromise({ try: () => db.backup(destination), catch: (cause) => failed(cause, "Failed to backup database") }),
+      loadExtension: (path: string) =>
+        Effect.try({ try: () => void db.loadExtension(path), catch: (cause) => failed(cause, "Failed to load extension") }),
+      updateValues: undefined as never
+    })
+
+    const bind = (values: ReadonlyArray<Value>) => values.map((value) => value === undefined ? null : value)
+    const inTransaction: Query = (strings, ...values) => execute(textOf(strings), bind(values))
+
+    const begin = db.prepare("BEGIN")
+    const commit = db.prepare("COMMIT")
+    const rollback = db.prepare("ROLLBACK")
+
+    /** The fiber whose `Direct` transaction is open (it holds the lock), if any. */
+    let holder: unknown
+
+    const query: Query = <A extends object>(strings: TemplateStringsArray, ...values: ReadonlyArray<Value>) =>
+      Effect.withFiberRuntime<ReadonlyArray<A>, SqlError>((fiber) => {
+        const statement = execute(textOf(strings), bind(values))
+        // No transaction open: nothing to wait for, and nothing to join by mistake.
+        if (!db.inTransaction || holder === fiber) return statement
+        // Inside the client's transaction: on its connection, as the client's own statements there.
+        if (Option.isSome(Context.getOption(fiber.currentContext, SqlClient.TransactionConnection))) {
+          return client.unsafe<A>(textOf(strings), bind(values))
+        }
+        // Another fiber's transaction: after it ends.
+        return lock.withPermits(1)(statement)
+      })
+
+    /** Rolls back what is still open after a failed COMMIT; says so when that fails too. */
+    const rollBack = (): string | undefined => {
+      try {
+        if (db.inTransaction) rollback.run()
+        return undefined
+      } catch {
+        return "Failed to commit a transaction, and to roll it back"
+      }
+    }
+
+    const transaction = <A, E, R>(body: (q: Query) => Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
+      Effect.withFiberRuntime((fiber) => {
+        // Inside the client's transaction (a caller's `sql.withTransaction`): a savepoint there.
+        if (Option.isSome(Context.getOption(fiber.currentContext, SqlClient.TransactionConnection))) {
+          return client.withTransaction(Effect.suspend(() => body(query)))
+        }
+        if (holder === fiber) return Effect.dieMessage("Store: a transaction inside a transaction of the same fiber")
+        return lock.withPermits(1)(Effect.uninterruptibleMask((restore) =>
+          Effect.suspend(() => {
+            try {
+              begin.run()
+            } catch (cause) {
+              return Effect.fail(failed(cause, "Failed to begin a transaction"))
+            }
+            holder = fiber
+            return Effect.flatMap(Effect.exit(restore(body(inTransaction))), (exit): Effect.Effect<A, E | SqlError> => {
+              holder = undefined
+              try {
+                if (Exit.isSuccess(exit)) commit.run()
+                else if (db.inTransaction) rollback.run()
+              } catch (cause) {
+                return Effect.fail(failed(cause, rollBack() ?? "Failed to commit a transaction"))
+              }
+              return exit
+            })
+          })
+        ))
+      })
+
+    return { client: sqlite, direct: Direct.of({ query, transaction }) }
+  })
+
+/** `open` as a layer's context: `SqliteClient`, `SqlClient` and `Direct` on one connection. */
+export const context = (filename: string) =>
+  Effect.map(open(filename), ({ client, direct }) =>
+    Context.make(SqliteClient.SqliteClient, client).pipe(Context.add(SqlClient.SqlClient, client), Context.add(Direct, direct))
+  )
