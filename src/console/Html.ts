@@ -105,6 +105,6 @@ export const page = (options: {
 }): string =>
   `<!doctype html>\n` +
   html`<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${options.title} · cursor-byok console</title><style nonce="${options.nonce}">${raw(STYLE)}</style></head>
+<title>${options.title} &middot; cursor-byok console</title><style nonce="${options.nonce}">${raw(STYLE)}</style></head>
 <body><header><h1><a href="${options.home}">cursor-byok console</a></h1><span>${options.title}</span></header>
 <main>${options.body}</main>${options.script === undefined ? null : html`<script nonce="${options.nonce}">${options.script}</script>`}</body></html>`.value

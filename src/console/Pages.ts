@@ -34,7 +34,7 @@ const tokensCell = (usage: { readonly input: number; readonly cacheRead: number;
   formatCompact(usage.input + usage.cacheRead + usage.cacheWrite + usage.output)
 
 export const runningRow = (turn: RunningTurn, nowMs: number, links: Links): Markup =>
-  html`<tr data-request="${turn.requestId}"><td>${turn.conversationId === null ? html`<span class="muted">–</span>` : html`<a href="${links.to(conversationPath(turn.conversationId))}">${turn.conversationId}</a>`}</td>
+  html`<tr data-request="${turn.requestId}"><td>${turn.conversationId === null ? html`<span class="muted">&ndash;</span>` : html`<a href="${links.to(conversationPath(turn.conversationId))}">${turn.conversationId}</a>`}</td>
 <td><code>${turn.turnId ?? "–"}</code></td><td>${turn.model ?? "–"}</td><td class="num">${formatMs(nowMs - turn.startedAtMs)}</td><td class="num">${formatAgo(turn.lastActivityMs, nowMs)}</td><td><code>${turn.requestId}</code></td></tr>`
 
 const runningSection = (overview: Overview, links: Links) =>
@@ -60,13 +60,13 @@ const modelsSection = (overview: Overview, links: Links) =>
 <tbody>${overview.models.map((m) =>
     html`<tr data-model="${m.model}"><td>${m.model}</td><td>${m.provider ?? html`<span class="muted">not configured</span>`}</td><td>${m.api ?? "–"}</td><td>${m.upstreamModel ?? "–"}</td><td><code>${m.baseUrl ?? "–"}</code></td>
 <td class="num">${m.calls}</td><td class="num ${m.failed > 0 ? "bad" : ""}">${m.failed}</td><td class="num">${formatMs(m.medianFirstDeltaMs)}</td>
-<td>${m.targets.map((t) => html`<div><code>${t.target}</code> <span class="muted">×${t.calls}</span></div>`)}</td>
+<td>${m.targets.map((t) => html`<div><code>${t.target}</code> <span class="muted">&times;${t.calls}</span></div>`)}</td>
 <td>${m.errors.length === 0 ? html`<span class="muted">none</span>` : m.errors.map((e) =>
       html`<div class="bad"><span class="muted">${formatAgo(e.atMs, overview.nowMs)}</span> <a href="${links.to(conversationPath(e.conversationId))}">${shorten(e.conversationId, 24)}</a>: ${shorten(e.message, 200)}</div>`)}</td></tr>`)}</tbody></table></section>`
 
 const chartsSection = (overview: Overview, links: Links) =>
   html`<section id="usage"><h2>Usage <span class="muted">(UTC; ${overview.range === "48h" ? "per hour, last 48 hours" : "per day, last 14 days"})</span>
-<a href="${links.to("/console", { range: "48h" })}">48 h</a> · <a href="${links.to("/console", { range: "14d" })}">14 days</a></h2>${chartsOf(overview.buckets, overview.range)}</section>`
+<a href="${links.to("/console", { range: "48h" })}">48 h</a> &middot; <a href="${links.to("/console", { range: "14d" })}">14 days</a></h2>${chartsOf(overview.buckets, overview.range)}</section>`
 
 export const overviewPage = (overview: Overview, links: Links, nonce: string): string =>
   page({
@@ -122,7 +122,7 @@ const partText = (part: Message["content"][number]): Markup => {
     case "thinking":
       return html`<pre class="muted">${part.redacted === true ? "(redacted thinking)" : part.thinking}</pre>`
     case "toolCall":
-      return html`<pre>→ ${part.name}(${part.arguments})</pre>`
+      return html`<pre>&rarr; ${part.name}(${part.arguments})</pre>`
     case "image":
       return html`<div class="muted">[image ${part.mimeType}]</div>`
   }
@@ -142,14 +142,14 @@ ${view.messages.map((message, index) => html`<h3>${index}. ${message.role === "t
 export const conversationPage = (view: ConversationView, links: Links, nonce: string, loopbackClient: boolean, messagesRefused: boolean): string => {
   const c = view.conversation
   const summary = html`<section id="summary"><h2>${titleOf(c)}</h2>
-<p><code>${c.conversationId}</code> · model ${c.model ?? "–"} · ${c.turns} turns · ${c.calls} model calls · ${formatInt(c.usage.input + c.usage.cacheRead + c.usage.cacheWrite)} tokens in, ${formatInt(c.usage.output)} out ·
-cost ${formatUsd(c.costUsd)} · cache read ${formatShare(cacheShare(c.usage))} · ${c.status} · last activity ${formatTime(c.lastActivityMs)} UTC (${formatAgo(c.lastActivityMs, view.nowMs)})</p>
+<p><code>${c.conversationId}</code> &middot; model ${c.model ?? "–"} &middot; ${c.turns} turns &middot; ${c.calls} model calls &middot; ${formatInt(c.usage.input + c.usage.cacheRead + c.usage.cacheWrite)} tokens in, ${formatInt(c.usage.output)} out &middot;
+cost ${formatUsd(c.costUsd)} &middot; cache read ${formatShare(cacheShare(c.usage))} &middot; ${c.status} &middot; last activity ${formatTime(c.lastActivityMs)} UTC (${formatAgo(c.lastActivityMs, view.nowMs)})</p>
 ${messagesRefused ? html`<p class="bad">Messages are shown only to a client on this machine (a loopback address).</p>` : null}
 ${view.segments.length === 0 ? null : html`<p>Segments: ${view.segments.map((s) => html`<span class="tag">${s.kind} at message ${s.start} (turn <code>${s.turnId}</code>: ${s.replaced} replaced, ${s.kept} kept)</span> `)}</p>`}</section>`
   const turns = html`<section id="turns"><h2>Turns and model calls</h2>${view.turns.length === 0 ? html`<p class="muted">No model call yet.</p>` : html`
 <table class="calls"><thead><tr><th class="num">#</th><th>Call</th><th>Model</th><th>Answered by</th><th>Status</th><th class="num" title="characters of the stored request JSON">Request</th><th class="num">Msgs</th><th class="num">Input</th><th class="num">Cache read</th><th class="num">Cache write</th><th class="num">Output</th><th class="num">Cost</th><th class="num">First delta</th><th class="num">Duration</th><th class="num">Attempts</th><th>Prefix</th></tr></thead>
 ${view.turns.map((turn) =>
-    html`<tbody><tr class="turn" data-turn="${turn.turnId}"><th colspan="16">Turn <code>${turn.turnId}</code> <span class="muted">started ${formatTime(turn.calls[0]!.createdAtMs)} UTC · ${turn.calls.length} ${turn.calls.length === 1 ? "call" : "calls"} · ${formatUsd(turn.calls.reduce((sum, call) => sum + (call.costUsd ?? 0), 0))}</span></th></tr>
+    html`<tbody><tr class="turn" data-turn="${turn.turnId}"><th colspan="16">Turn <code>${turn.turnId}</code> <span class="muted">started ${formatTime(turn.calls[0]!.createdAtMs)} UTC &middot; ${turn.calls.length} ${turn.calls.length === 1 ? "call" : "calls"} &middot; ${formatUsd(turn.calls.reduce((sum, call) => sum + (call.costUsd ?? 0), 0))}</span></th></tr>
 ${turn.calls.map(callRow)}</tbody>`)}</table>`}</section>`
   return page({
     title: titleOf(c),

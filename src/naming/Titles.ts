@@ -48,7 +48,7 @@ export const cutAtWord = (text: string, max: number): string => {
   const head = text.slice(0, max + 1)
   const space = head.lastIndexOf(" ")
   const cut = space >= max / 2 ? head.slice(0, space) : text.slice(0, max)
-  return cut.replace(/[\s,;:\-–—(/]+$/u, "")
+  return cut.replace(/[\s,;:\-\u2013\u2014(/]+$/u, "")
 }
 
 /** Markdown emphasis, inline code marks, links (their text kept) and heading, list or quote markers. */
@@ -66,9 +66,9 @@ const withoutMarkdown = (line: string): string =>
  */
 export const cleanTitle = (raw: string): string | undefined => {
   const line = raw.split(/\r?\n/).map((l) => l.trim()).find((l) => l !== "" && !/^```/.test(l)) ?? ""
-  let title = unquote(withoutMarkdown(line).replace(/^(?:chat\s+)?title\s*[:\-–]\s*/i, ""))
+  let title = unquote(withoutMarkdown(line).replace(/^(?:chat\s+)?title\s*[:\-\u2013]\s*/i, ""))
   title = title.replace(/["\u201C\u201D]/g, "").replace(/\s+/g, " ").trim()
-  title = cutAtWord(title, TITLE_MAX_CHARS).replace(/[.。!]+$/u, "").trim()
+  title = cutAtWord(title, TITLE_MAX_CHARS).replace(/[.\u3002!]+$/u, "").trim()
   return title === "" ? undefined : title
 }
 
@@ -87,7 +87,7 @@ export const fallbackTitle = (userMessage: string): string => {
   const command = SLASH_COMMAND.exec(prose.trimStart())
   const rest = command === null ? prose : prose.trimStart().slice(command[0].length)
   const line = rest.split(/\r?\n/).map((l) => withoutMarkdown(l).replace(/\s+/g, " ").trim()).find((l) => /[\p{L}\p{N}]/u.test(l))
-  if (line !== undefined) return sentenceCase(cutAtWord(unquote(line), FALLBACK_TITLE_MAX_CHARS).replace(/[.。]+$/u, ""))
+  if (line !== undefined) return sentenceCase(cutAtWord(unquote(line), FALLBACK_TITLE_MAX_CHARS).replace(/[.\u3002]+$/u, ""))
   if (command !== null) return sentenceCase(command[1]!.replace(/[-_:]+/g, " ").trim())
   return EMPTY_TITLE
 }

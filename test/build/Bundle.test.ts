@@ -4,7 +4,7 @@ import { execFileSync, spawnSync } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { buildBundle, keepOwnMappings, repoRoot } from "../../scripts/build.js"
+import { asciiOnly, buildBundle, keepOwnMappings, repoRoot } from "../../scripts/build.js"
 
 describe("the server bundle (scripts/build.ts)", () => {
   it("keeps one mapping per line of our sources, marks a dependency's code unmapped, and drops the sources nothing maps to", () => {
@@ -56,5 +56,13 @@ describe("the server bundle (scripts/build.ts)", () => {
     }
     const help = execFileSync(process.execPath, ["--enable-source-maps", join(repoRoot, "dist/main.js"), "--help"], { encoding: "utf8" })
     assert.include(help, "cursor-byok")
+    // One byte a character in memory (V8 keeps the source): nothing outside ASCII, the packages' license comments beside it.
+    assert.notMatch(bundle, /[^\x00-\x7f]/)
+    assert.include(readFileSync(join(repoRoot, "dist/main.js.LEGAL.txt"), "utf8"), "MIT")
+  })
+
+  it("refuses a bundle with a character outside ASCII, naming where it is", () => {
+    asciiOnly("const a = `plain`\n", "ok.js")
+    assert.throws(() => asciiOnly("const a = 1\nconst page = html`<p>a \u00b7 b</p>`\n", "page.js"), /page\.js: a character outside ASCII \("·" on line 2/)
   })
 })
