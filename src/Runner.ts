@@ -19,8 +19,7 @@
  * committed state (`Outcomes.ts`); each is a function of the `RunnerEnv` (`Actor.ts`) that
  * `make` builds once. This module keeps the service, its layer and the actors.
  */
-import { Context, Deferred, Effect, Exit, FiberMap, Layer, Mailbox, Option, Stream } from "effect"
-import type { Duration } from "effect"
+import { Chunk, Context, Deferred, Effect, Exit, FiberMap, Layer, Mailbox, Option, Stream } from "effect"
 import { Llm } from "./Llm.js"
 import type { AssistantMessage, Message, ToolCall, ToolResultMessage } from "./Llm.js"
 import { initialRuntime, makeTransition } from "./Loop.js"
@@ -56,8 +55,6 @@ export interface RunnerOptions {
    * reported as interrupted. Never re-runs anything.
    */
   readonly recoveredResult?: (toolCall: ToolCall, store: Context.Tag.Service<Store>) => Effect.Effect<ToolResultMessage | undefined>
-  /** How long a conversation's lock lingers after its last user. */
-  readonly lockIdleTimeToLive?: Duration.DurationInput
   /**
    * How many conversations' committed states stay in memory between actors (most recently
    * used first), so that a tool result does not reload and re-verify a long history.
@@ -125,7 +122,7 @@ export const make = (options: RunnerOptions) =>
     const llm = yield* Llm
     const gateway = yield* ClientGateway
     const transition = makeTransition(options.policy)
-    const locks = yield* makeKeyedLock(options.lockIdleTimeToLive ?? "30 seconds")
+    const locks = yield* makeKeyedLock()
     const llmStreams = yield* FiberMap.make<string>()
     const actorFibers = yield* FiberMap.make<Actor>()
     const actors = new Map<string, Actor>()
@@ -196,12 +193,22 @@ export const make = (options: RunnerOptions) =>
         )
       })
 
+    /**
+     * A chunk's envelopes in order, each at its priority. The actor runs at URGENT (`actorFor`):
+     * only the others are set (each setting is a few fiber operations an envelope).
+     */
+    const processAll = (actor: Actor, envelopes: ReadonlyArray<Envelope>, index: number): Effect.Effect<void> => {
+      if (index === envelopes.length) return Effect.void
+      const envelope = envelopes[index]!
+      const priority = priorityOf(envelope)
+      const processed = priority === URGENT ? process(actor, envelope) : Effect.withSchedulingPriority(process(actor, envelope), priority)
+      return Effect.flatMap(processed, () => processAll(actor, envelopes, index + 1))
+    }
+
     const runActor = (actor: Actor) =>
       locks.withLock(actor.conversationId)(Effect.gen(function*() {
         actor.state = yield* load(actor.conversationId).pipe(Effect.orDie)
-        yield* Mailbox.toStream(actor.mailbox).pipe(
-          Stream.runForEachChunk((envelopes) => Effect.forEach(envelopes, (envelope) => Effect.withSchedulingPriority(process(actor, envelope), priorityOf(envelope)), { discard: true }))
-        )
+        yield* Mailbox.toStream(actor.mailbox).pipe(Stream.runForEachChunk((envelopes) => processAll(actor, Chunk.toReadonlyArray(envelopes), 0)))
       })).pipe(
         Effect.catchAllCause((cause) => Effect.logError("runner: conversation actor stopped", cause)),
         Effect.ensuring(Effect.sync(() => {

@@ -1,11 +1,11 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Ref } from "effect"
+import { Deferred, Effect, Exit, Fiber, Ref } from "effect"
 import { makeKeyedLock } from "../src/internal/KeyedLock.js"
 
 describe("KeyedLock", () => {
-  it.scoped("serializes holders of one key and lets other keys run", () =>
+  it.effect("serializes holders of one key and lets other keys run", () =>
     Effect.gen(function*() {
-      const lock = yield* makeKeyedLock("1 second")
+      const lock = yield* makeKeyedLock()
       const running = yield* Ref.make(new Map<string, number>())
       const peak = yield* Ref.make(new Map<string, number>())
       const gate = yield* Deferred.make<void>()
@@ -29,9 +29,9 @@ describe("KeyedLock", () => {
       assert.deepStrictEqual([...(yield* Ref.get(peak)).entries()].sort(), [["a", 1], ["b", 1]])
     }))
 
-  it.scoped("a waiter queued behind the holder can be interrupted, and the key still works", () =>
+  it.effect("a waiter queued behind the holder can be interrupted, and the key still works", () =>
     Effect.gen(function*() {
-      const lock = yield* makeKeyedLock("1 second")
+      const lock = yield* makeKeyedLock()
       const release = yield* Deferred.make<void>()
       const holder = yield* Effect.fork(lock.withLock("k")(Deferred.await(release)))
       yield* Effect.yieldNow()
@@ -41,5 +41,25 @@ describe("KeyedLock", () => {
       yield* Deferred.succeed(release, undefined)
       yield* Fiber.join(holder)
       assert.strictEqual(yield* lock.withLock("k")(Effect.succeed("ok")), "ok")
+    }))
+
+  it.effect("forgets a key once nobody holds it or waits for it, a failed or interrupted user too", () =>
+    Effect.gen(function*() {
+      const lock = yield* makeKeyedLock()
+      const release = yield* Deferred.make<void>()
+      const holder = yield* Effect.fork(lock.withLock("k")(Deferred.await(release)))
+      yield* Effect.yieldNow()
+      const waiter = yield* Effect.fork(lock.withLock("k")(Effect.fail("refused" as const)))
+      const other = yield* Effect.fork(lock.withLock("k")(Effect.never))
+      yield* Effect.yieldNow()
+      assert.strictEqual(lock.size(), 1)
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(holder)
+      assert.deepStrictEqual(yield* Fiber.await(waiter), Exit.fail("refused"))
+      assert.strictEqual(lock.size(), 1, "the last user still holds it")
+      yield* Fiber.interrupt(other)
+      assert.strictEqual(lock.size(), 0)
+      yield* lock.withLock("j")(Effect.void)
+      assert.strictEqual(lock.size(), 0)
     }))
 })

@@ -1,37 +1,47 @@
 /**
- * A mutex per key (one per conversation), created on first use and released a while after its
- * last holder and waiter leave: an `RcMap` of `Semaphore(1)`.
+ * A mutex per key (one per conversation): a `Semaphore(1)` made on first use and forgotten as
+ * soon as no fiber holds it or waits for it.
  *
- * The permit is taken with `uninterruptibleMask`/`restore` rather than inside `acquireRelease`
- * so that a fiber queued behind the holder stays interruptible (a client that goes away must be
- * able to abandon its place in the queue).
+ * The permit is taken by `Semaphore.withPermits`, which waits interruptibly, so a fiber queued
+ * behind the holder can abandon its place (a client that goes away). An earlier version kept
+ * the semaphores in an `RcMap` with an idle time to live: each use built a scope and, on
+ * release, forked the fiber that expires the entry, the larger part of the runner's own fiber
+ * operations for a short turn (counted with a scratch run-loop hook); a semaphore is cheap to
+ * make again.
  */
-import { Effect, RcMap, Scope } from "effect"
-import type { Duration } from "effect"
+import { Effect } from "effect"
 
 export interface KeyedLock {
-  /** Holds the key's lock for the rest of the current scope. */
-  readonly lockScoped: (key: string) => Effect.Effect<void, never, Scope.Scope>
   /** Runs `self` holding the key's lock. */
   readonly withLock: (key: string) => <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+  /** The keys with a holder or a waiter. */
+  readonly size: () => number
 }
 
-export const makeKeyedLock = (idleTimeToLive: Duration.DurationInput): Effect.Effect<KeyedLock, never, Scope.Scope> =>
-  Effect.gen(function*() {
-    const semaphores = yield* RcMap.make({
-      lookup: (_key: string) => Effect.makeSemaphore(1),
-      idleTimeToLive
-    })
-    const lockScoped = (key: string) =>
-      Effect.flatMap(RcMap.get(semaphores, key), (semaphore) =>
-        Effect.uninterruptibleMask((restore) =>
-          restore(semaphore.take(1)).pipe(Effect.zipRight(Effect.addFinalizer(() => semaphore.release(1))))
-        ))
-    const withLock = (key: string) => <A, E, R>(self: Effect.Effect<A, E, R>) =>
-      Effect.acquireUseRelease(
-        Scope.make(),
-        (scope) => Effect.zipRight(Scope.extend(lockScoped(key), scope), self),
-        (scope, exit) => Scope.close(scope, exit)
-      )
-    return { lockScoped, withLock }
+interface Entry {
+  readonly semaphore: Effect.Semaphore
+  /** The holder and the waiters. */
+  users: number
+}
+
+export const makeKeyedLock = (): Effect.Effect<KeyedLock> =>
+  Effect.sync(() => {
+    const entries = new Map<string, Entry>()
+    const withLock = (key: string) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+      Effect.suspend(() => {
+        let entry = entries.get(key)
+        if (entry === undefined) {
+          entry = { semaphore: Effect.unsafeMakeSemaphore(1), users: 0 }
+          entries.set(key, entry)
+        }
+        const held = entry
+        held.users++
+        return Effect.ensuring(
+          held.semaphore.withPermits(1)(self),
+          Effect.sync(() => {
+            if (--held.users === 0 && entries.get(key) === held) entries.delete(key)
+          })
+        )
+      })
+    return { withLock, size: () => entries.size }
   })
