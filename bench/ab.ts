@@ -1,0 +1,135 @@
+/**
+ * Server CPU per short turn, two versions side by side: each version's bench server (as
+ * `cost.ts` runs it: precompiled, alone in a child process, the flags of `npm start`) runs at
+ * the same time, and their rounds alternate (A B, B A, A B, ...), so that what the machine does
+ * meanwhile (other tenants, thermal state) weighs on both alike. A round is `turns` short turns
+ * at once (3 unpaced deltas each, new connections), as `cost.ts`'s first row; CPU per turn =
+ * the child's CPU time over the round / turns. On a shared 2-core VM `cost.ts` run after run
+ * moved by ±20% between sittings while this pairing resolved a 10% change.
+ *
+ * A version is a git revision (built in a temporary worktree that shares this checkout's
+ * node_modules) or `.` for the working tree.
+ *
+ *   node_modules/.bin/tsx bench/ab.ts <revA> [revB = .] [rounds = 12] [turns = 50]
+ */
+import { execFileSync, spawn } from "node:child_process"
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { benchConfig, repoRoot } from "./support/child.js"
+import * as Provider from "./support/provider.js"
+import { median, spread } from "./support/stats.js"
+import { concurrently, serverStream } from "./support/streams.js"
+import { startFlags } from "../test/support/ChildServer.js"
+
+const git = (...args: ReadonlyArray<string>) => execFileSync("git", args, { cwd: repoRoot, encoding: "utf8" }).trim()
+
+/** The bench server of `rev` bundled by that revision's own build script; returns the bundle's path. */
+const bundleOf = (rev: string): { readonly path: string; readonly label: string } => {
+  const dir = join(repoRoot, "node_modules", ".cache", "byok-ab")
+  mkdirSync(dir, { recursive: true })
+  const tsx = join(repoRoot, "node_modules", ".bin", "tsx")
+  if (rev === ".") {
+    const path = join(dir, "working-tree.mjs")
+    execFileSync(tsx, [join(repoRoot, "scripts/build.ts"), join(repoRoot, "bench/support/serve.ts"), path], { cwd: repoRoot, stdio: "inherit" })
+    return { path, label: `working tree (${git("rev-parse", "--short", "HEAD")}+)` }
+  }
+  const sha = git("rev-parse", "--short", rev)
+  const path = join(dir, `${sha}.mjs`)
+  const tree = mkdtempSync(join(tmpdir(), "byok-ab-"))
+  try {
+    git("worktree", "add", "--detach", "--force", tree, sha)
+    symlinkSync(join(repoRoot, "node_modules"), join(tree, "node_modules"))
+    execFileSync(tsx, [join(tree, "scripts/build.ts"), join(tree, "bench/support/serve.ts"), path], { cwd: tree, stdio: "inherit" })
+  } finally {
+    git("worktree", "remove", "--force", tree)
+    rmSync(tree, { recursive: true, force: true })
+  }
+  return { path, label: sha }
+}
+
+interface Server {
+  readonly pid: number
+  readonly baseUrl: string
+  readonly stop: () => void
+}
+
+const start = (bundle: string, providerBaseUrl: string): Promise<Server> =>
+  new Promise((resolve, reject) => {
+    const dir = mkdtempSync(join(tmpdir(), "byok-ab-db-"))
+    const child = spawn(process.execPath, ["--expose-gc", ...startFlags(repoRoot), bundle], {
+      cwd: repoRoot,
+      stdio: ["ignore", "pipe", "pipe", "ipc"],
+      env: { ...process.env, BENCH_CONFIG: JSON.stringify(benchConfig(providerBaseUrl, join(dir, "bench.sqlite"))) }
+    })
+    const timer = setTimeout(() => reject(new Error(`${bundle} did not start within 30 s`)), 30_000)
+    child.stderr!.resume()
+    child.stdout!.setEncoding("utf8").on("data", (text: string) => {
+      const ready = /READY (\d+)/.exec(text)
+      if (ready === null) return
+      clearTimeout(timer)
+      resolve({
+        pid: child.pid!,
+        baseUrl: `http://127.0.0.1:${ready[1]}`,
+        stop: () => {
+          child.kill("SIGKILL")
+          rmSync(dir, { recursive: true, force: true })
+        }
+      })
+    })
+  })
+
+const cpuSeconds = (pid: number): number => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
+
+export const run = async (revA: string, revB = ".", rounds = 12, turns = 50): Promise<string> => {
+  const versions = [bundleOf(revA), bundleOf(revB)]
+  const provider = await Provider.start()
+  const servers: Array<Server> = []
+  try {
+    for (const version of versions) servers.push(await start(version.path, provider.baseUrl))
+    let sequence = 0
+    const round = async (server: Server) => {
+      const before = cpuSeconds(server.pid)
+      await concurrently(turns, 100, () => serverStream(server.baseUrl, provider, { id: `ab${sequence++}`, deltas: 3, minMs: 0, maxMs: 0 }))
+      provider.reset()
+      return ((cpuSeconds(server.pid) - before) * 1000) / turns
+    }
+    // Warm-up: two rounds each, not counted.
+    for (const server of servers) for (let i = 0; i < 2; i++) await round(server)
+    const perTurn: [Array<number>, Array<number>] = [[], []]
+    for (let r = 0; r < rounds; r++) {
+      for (const i of r % 2 === 0 ? [0, 1] : [1, 0]) perTurn[i as 0 | 1].push(await round(servers[i]!))
+    }
+    const ratio = median(perTurn[1].map((b, k) => b / perTurn[0][k]!))
+    return [
+      `Server CPU per short turn (${turns} at once, new connections), two versions at once, ${rounds} rounds each alternated, median (min–max).`,
+      "",
+      "| version | server CPU per turn |",
+      "| --- | ---: |",
+      `| A: ${versions[0]!.label} | ${spread(perTurn[0], 1)} ms |`,
+      `| B: ${versions[1]!.label} | ${spread(perTurn[1], 1)} ms |`,
+      "",
+      `B / A, median over the rounds' pairs: ${ratio.toFixed(3)}`
+    ].join("\n")
+  } finally {
+    for (const server of servers) server.stop()
+    await provider.close()
+  }
+}
+
+const [revA, revB, rounds, turns] = process.argv.slice(2)
+if (revA === undefined) {
+  console.error("usage: node_modules/.bin/tsx bench/ab.ts <revA> [revB = .] [rounds = 12] [turns = 50]")
+  process.exitCode = 2
+} else {
+  run(revA, revB, rounds === undefined ? undefined : Number(rounds), turns === undefined ? undefined : Number(turns))
+    .then((table) => console.log(table))
+    .catch((error) => {
+      console.error(error)
+      process.exitCode = 1
+    })
+}
