@@ -13,10 +13,10 @@
  *   node_modules/.bin/tsx bench/ab.ts <revA> [revB = .] [rounds = 12] [turns = 50]
  */
 import { execFileSync, spawn } from "node:child_process"
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs"
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { benchConfig, repoRoot } from "./support/child.js"
+import { benchConfig, cpuSecondsOf, repoRoot } from "./support/child.js"
 import * as Provider from "./support/provider.js"
 import { median, spread } from "./support/stats.js"
 import { concurrently, serverStream } from "./support/streams.js"
@@ -79,12 +79,6 @@ const start = (bundle: string, providerBaseUrl: string): Promise<Server> =>
     })
   })
 
-const cpuSeconds = (pid: number): number => {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return (Number(fields[11]) + Number(fields[12])) / 100
-}
-
 export const run = async (revA: string, revB = ".", rounds = 12, turns = 50): Promise<string> => {
   const versions = [bundleOf(revA), bundleOf(revB)]
   const provider = await Provider.start()
@@ -93,10 +87,10 @@ export const run = async (revA: string, revB = ".", rounds = 12, turns = 50): Pr
     for (const version of versions) servers.push(await start(version.path, provider.baseUrl))
     let sequence = 0
     const round = async (server: Server) => {
-      const before = cpuSeconds(server.pid)
+      const before = cpuSecondsOf(server.pid)
       await concurrently(turns, 100, () => serverStream(server.baseUrl, provider, { id: `ab${sequence++}`, deltas: 3, minMs: 0, maxMs: 0 }))
       provider.reset()
-      return ((cpuSeconds(server.pid) - before) * 1000) / turns
+      return ((cpuSecondsOf(server.pid) - before) * 1000) / turns
     }
     // Warm-up: two rounds each, not counted.
     for (const server of servers) for (let i = 0; i < 2; i++) await round(server)

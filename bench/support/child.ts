@@ -53,6 +53,13 @@ export interface ChildOptions {
   readonly nodeFlags?: ReadonlyArray<string>
 }
 
+/** User + system CPU seconds process `pid` has used so far (from /proc/<pid>/stat). */
+export const cpuSecondsOf = (pid: number): number => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
+
 const bundled = new Map<string, string>()
 
 /** Bundles a support script as the server's bundle is made (once per process); returns the bundle's path. */
@@ -128,11 +135,7 @@ const launch = (script: string, options: ChildOptions): Promise<Child> =>
           const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? Number.NaN) * 1024
           return { rss: kb("VmRSS"), peak: kb("VmHWM") }
         },
-        cpuSeconds: () => {
-          const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-          const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-          return (Number(fields[11]) + Number(fields[12])) / 100
-        },
+        cpuSeconds: () => cpuSecondsOf(pid),
         stop: async () => {
           if (child.exitCode !== null) return
           if (child.connected) child.send({ op: "exit" })
