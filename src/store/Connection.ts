@@ -29,7 +29,8 @@ import * as Statement from "@effect/sql/Statement"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import Database from "better-sqlite3"
 import { Context, Effect, Exit, Option, Scope } from "effect"
-import { textOf } from "./Tx.js"
+import type { Fiber } from "effect"
+import { bindValues, onConnection, textOf } from "./Tx.js"
 import type { Query, Value } from "./Tx.js"
 
 /** The Store's way past the client: its statements and transactions on the connection's own handle. */
@@ -122,8 +123,11 @@ export const open = (filename: string) =>
       updateValues: undefined as never
     })
 
-    const bind = (values: ReadonlyArray<Value>) => values.map((value) => value === undefined ? null : value)
-    const inTransaction: Query = (strings, ...values) => execute(textOf(strings), bind(values))
+    // Inside a Direct transaction (its fiber holds the lock): straight on the connection.
+    const inTransaction = onConnection(connection)
+    /** Whether the fiber runs inside the client's transaction (a caller's `sql.withTransaction`). */
+    const inClientTransaction = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
+      Option.isSome(Context.getOption(fiber.currentContext, SqlClient.TransactionConnection))
 
     const begin = db.prepare("BEGIN")
     const commit = db.prepare("COMMIT")
@@ -134,33 +138,29 @@ export const open = (filename: string) =>
 
     const query: Query = <A extends object>(strings: TemplateStringsArray, ...values: ReadonlyArray<Value>) =>
       Effect.withFiberRuntime<ReadonlyArray<A>, SqlError>((fiber) => {
-        const statement = execute(textOf(strings), bind(values))
+        const statement = execute(textOf(strings), bindValues(values))
         // No transaction open: nothing to wait for, and nothing to join by mistake.
         if (!db.inTransaction || holder === fiber) return statement
         // Inside the client's transaction: on its connection, as the client's own statements there.
-        if (Option.isSome(Context.getOption(fiber.currentContext, SqlClient.TransactionConnection))) {
-          return client.unsafe<A>(textOf(strings), bind(values))
-        }
+        if (inClientTransaction(fiber)) return client.unsafe<A>(textOf(strings), bindValues(values))
         // Another fiber's transaction: after it ends.
         return lock.withPermits(1)(statement)
       })
 
-    /** Rolls back what is still open after a failed COMMIT; says so when that fails too. */
-    const rollBack = (): string | undefined => {
+    /** Rolls back what is still open; false when that fails too. */
+    const rollBack = (): boolean => {
       try {
         if (db.inTransaction) rollback.run()
-        return undefined
+        return true
       } catch {
-        return "Failed to commit a transaction, and to roll it back"
+        return false
       }
     }
 
     const transaction = <A, E, R>(body: (q: Query) => Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
       Effect.withFiberRuntime((fiber) => {
-        // Inside the client's transaction (a caller's `sql.withTransaction`): a savepoint there.
-        if (Option.isSome(Context.getOption(fiber.currentContext, SqlClient.TransactionConnection))) {
-          return client.withTransaction(Effect.suspend(() => body(query)))
-        }
+        // Inside the client's transaction: a savepoint there.
+        if (inClientTransaction(fiber)) return client.withTransaction(Effect.suspend(() => body(query)))
         if (holder === fiber) return Effect.dieMessage("Store: a transaction inside a transaction of the same fiber")
         return lock.withPermits(1)(Effect.uninterruptibleMask((restore) =>
           Effect.suspend(() => {
@@ -172,13 +172,17 @@ export const open = (filename: string) =>
             holder = fiber
             return Effect.flatMap(Effect.exit(restore(body(inTransaction))), (exit): Effect.Effect<A, E | SqlError> => {
               holder = undefined
-              try {
-                if (Exit.isSuccess(exit)) commit.run()
-                else if (db.inTransaction) rollback.run()
-              } catch (cause) {
-                return Effect.fail(failed(cause, rollBack() ?? "Failed to commit a transaction"))
+              // A failed body keeps its own failure, whatever the rollback does.
+              if (Exit.isFailure(exit)) {
+                rollBack()
+                return exit
               }
-              return exit
+              try {
+                commit.run()
+                return exit
+              } catch (cause) {
+                return Effect.fail(failed(cause, rollBack() ? "Failed to commit a transaction" : "Failed to commit a transaction, and to roll it back"))
+              }
             })
           })
         ))

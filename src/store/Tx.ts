@@ -45,9 +45,13 @@ export const textOf = (strings: TemplateStringsArray): string => {
   return text
 }
 
+/** A statement's values as SQLite binds them: `undefined` as NULL, as the client's template does. */
+export const bindValues = (values: ReadonlyArray<Value>): Array<Exclude<Value, undefined>> =>
+  values.map((value) => value === undefined ? null : value)
+
 /** Statements on one connection (a transaction's), without a scope or a compile per statement. */
 export const onConnection = (connection: Connection): Query => (strings, ...values) =>
-  connection.execute(textOf(strings), values.map((value) => value === undefined ? null : value), undefined)
+  connection.execute(textOf(strings), bindValues(values), undefined)
 
 /**
  * `body` in a transaction (`sql.withTransaction`: BEGIN, COMMIT on success, ROLLBACK on any
