@@ -12,15 +12,15 @@
  *
  *   node_modules/.bin/tsx bench/ab.ts <revA> [revB = .] [rounds = 12] [turns = 50]
  */
-import { execFileSync, spawn } from "node:child_process"
+import { execFileSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { benchConfig, cpuSecondsOf, repoRoot } from "./support/child.js"
+import { repoRoot, startServer } from "./support/child.js"
+import type { ServerChild } from "./support/child.js"
 import * as Provider from "./support/provider.js"
 import { median, spread } from "./support/stats.js"
 import { concurrently, serverStream } from "./support/streams.js"
-import { startFlags } from "../test/support/ChildServer.js"
 
 const git = (...args: ReadonlyArray<string>) => execFileSync("git", args, { cwd: repoRoot, encoding: "utf8" }).trim()
 
@@ -48,49 +48,18 @@ const bundleOf = (rev: string): { readonly path: string; readonly label: string 
   return { path, label: sha }
 }
 
-interface Server {
-  readonly pid: number
-  readonly baseUrl: string
-  readonly stop: () => void
-}
-
-const start = (bundle: string, providerBaseUrl: string): Promise<Server> =>
-  new Promise((resolve, reject) => {
-    const dir = mkdtempSync(join(tmpdir(), "byok-ab-db-"))
-    const child = spawn(process.execPath, ["--expose-gc", ...startFlags(repoRoot), bundle], {
-      cwd: repoRoot,
-      stdio: ["ignore", "pipe", "pipe", "ipc"],
-      env: { ...process.env, BENCH_CONFIG: JSON.stringify(benchConfig(providerBaseUrl, join(dir, "bench.sqlite"))) }
-    })
-    const timer = setTimeout(() => reject(new Error(`${bundle} did not start within 30 s`)), 30_000)
-    child.stderr!.resume()
-    child.stdout!.setEncoding("utf8").on("data", (text: string) => {
-      const ready = /READY (\d+)/.exec(text)
-      if (ready === null) return
-      clearTimeout(timer)
-      resolve({
-        pid: child.pid!,
-        baseUrl: `http://127.0.0.1:${ready[1]}`,
-        stop: () => {
-          child.kill("SIGKILL")
-          rmSync(dir, { recursive: true, force: true })
-        }
-      })
-    })
-  })
-
 export const run = async (revA: string, revB = ".", rounds = 12, turns = 50): Promise<string> => {
   const versions = [bundleOf(revA), bundleOf(revB)]
   const provider = await Provider.start()
-  const servers: Array<Server> = []
+  const servers: Array<ServerChild> = []
   try {
-    for (const version of versions) servers.push(await start(version.path, provider.baseUrl))
+    for (const version of versions) servers.push(await startServer(provider.baseUrl, { prebuilt: version.path }))
     let sequence = 0
-    const round = async (server: Server) => {
-      const before = cpuSecondsOf(server.pid)
+    const round = async (server: ServerChild) => {
+      const before = server.cpuSeconds()
       await concurrently(turns, 100, () => serverStream(server.baseUrl, provider, { id: `ab${sequence++}`, deltas: 3, minMs: 0, maxMs: 0 }))
       provider.reset()
-      return ((cpuSecondsOf(server.pid) - before) * 1000) / turns
+      return ((server.cpuSeconds() - before) * 1000) / turns
     }
     // Warm-up: two rounds each, not counted.
     for (const server of servers) for (let i = 0; i < 2; i++) await round(server)
@@ -110,7 +79,7 @@ export const run = async (revA: string, revB = ".", rounds = 12, turns = 50): Pr
       `B / A, median over the rounds' pairs: ${ratio.toFixed(3)}`
     ].join("\n")
   } finally {
-    for (const server of servers) server.stop()
+    for (const server of servers) await server.dispose()
     await provider.close()
   }
 }

@@ -49,12 +49,14 @@ export interface ChildOptions {
    * `false` runs it through the tsx loader instead.
    */
   readonly compiled?: boolean
+  /** A bundle of the script made already (another version's, `ab.ts`), run as a compiled one is. */
+  readonly prebuilt?: string
   /** Extra Node flags, e.g. `--cpu-prof`. */
   readonly nodeFlags?: ReadonlyArray<string>
 }
 
 /** User + system CPU seconds process `pid` has used so far (from /proc/<pid>/stat). */
-export const cpuSecondsOf = (pid: number): number => {
+const cpuSecondsOf = (pid: number): number => {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
   return (Number(fields[11]) + Number(fields[12])) / 100
@@ -79,7 +81,9 @@ const launch = (script: string, options: ChildOptions): Promise<Child> =>
   new Promise((resolve, reject) => {
     // With its source map, as `npm start` runs the server bundle.
     // With the flags `npm start` gives it (package.json `config.nodeFlags`: source maps, heap sizing).
-    const entry = options.compiled !== false ? [...startFlags(repoRoot), bundle(script)] : ["--import", "tsx", join(here, script)]
+    const entry = options.prebuilt !== undefined
+      ? [...startFlags(repoRoot), options.prebuilt]
+      : options.compiled !== false ? [...startFlags(repoRoot), bundle(script)] : ["--import", "tsx", join(here, script)]
     const child: ChildProcess = spawn(process.execPath, ["--expose-gc", ...(options.nodeFlags ?? []), ...entry], {
       cwd: repoRoot,
       stdio: ["ignore", "pipe", "pipe", "ipc"],
