@@ -48,7 +48,9 @@ const bundleOf = (rev: string): { readonly path: string; readonly label: string 
   return { path, label: sha }
 }
 
-export const run = async (revA: string, revB = ".", rounds = 12, turns = 50): Promise<string> => {
+export type Shape = "short" | "paced"
+
+export const run = async (revA: string, revB = ".", rounds = 12, turns = 50, shape: Shape = "short"): Promise<string> => {
   const versions = [bundleOf(revA), bundleOf(revB)]
   const provider = await Provider.start()
   const servers: Array<ServerChild> = []
@@ -57,9 +59,12 @@ export const run = async (revA: string, revB = ".", rounds = 12, turns = 50): Pr
     let sequence = 0
     const round = async (server: ServerChild) => {
       const before = server.cpuSeconds()
-      await concurrently(turns, 100, () => serverStream(server.baseUrl, provider, { id: `ab${sequence++}`, deltas: 3, minMs: 0, maxMs: 0 }))
+      const spec = shape === "paced" ? { deltas: 200, minMs: 5, maxMs: 20 } : { deltas: 3, minMs: 0, maxMs: 0 }
+      const results = await concurrently(turns, 100, () => serverStream(server.baseUrl, provider, { id: `ab${sequence++}`, ...spec }))
       provider.reset()
-      return ((server.cpuSeconds() - before) * 1000) / turns
+      const cpuMs = (server.cpuSeconds() - before) * 1000
+      // Per turn in ms, or per delta in µs.
+      return shape === "paced" ? (cpuMs * 1000) / results.reduce((n, r) => n + r.deltas, 0) : cpuMs / turns
     }
     // Warm-up: two rounds each, not counted.
     for (const server of servers) for (let i = 0; i < 2; i++) await round(server)
@@ -68,13 +73,16 @@ export const run = async (revA: string, revB = ".", rounds = 12, turns = 50): Pr
       for (const i of r % 2 === 0 ? [0, 1] : [1, 0]) perTurn[i as 0 | 1].push(await round(servers[i]!))
     }
     const ratio = median(perTurn[1].map((b, k) => b / perTurn[0][k]!))
+    const [what, unit] = shape === "paced"
+      ? [`per paced delta (${turns} streams of 200 deltas 5-20 ms apart, the turns' own cost included)`, "µs"]
+      : [`per short turn (${turns} at once, new connections)`, "ms"]
     return [
-      `Server CPU per short turn (${turns} at once, new connections), two versions at once, ${rounds} rounds each alternated, median (min–max).`,
+      `Server CPU ${what}, two versions at once, ${rounds} rounds each alternated, median (min–max).`,
       "",
-      "| version | server CPU per turn |",
+      `| version | server CPU ${shape === "paced" ? "per delta" : "per turn"} |`,
       "| --- | ---: |",
-      `| A: ${versions[0]!.label} | ${spread(perTurn[0], 1)} ms |`,
-      `| B: ${versions[1]!.label} | ${spread(perTurn[1], 1)} ms |`,
+      `| A: ${versions[0]!.label} | ${spread(perTurn[0], 1)} ${unit} |`,
+      `| B: ${versions[1]!.label} | ${spread(perTurn[1], 1)} ${unit} |`,
       "",
       `B / A, median over the rounds' pairs: ${ratio.toFixed(3)}`
     ].join("\n")
@@ -84,12 +92,12 @@ export const run = async (revA: string, revB = ".", rounds = 12, turns = 50): Pr
   }
 }
 
-const [revA, revB, rounds, turns] = process.argv.slice(2)
-if (revA === undefined) {
-  console.error("usage: node_modules/.bin/tsx bench/ab.ts <revA> [revB = .] [rounds = 12] [turns = 50]")
+const [revA, revB, rounds, turns, shape] = process.argv.slice(2)
+if (revA === undefined || (shape !== undefined && shape !== "short" && shape !== "paced")) {
+  console.error("usage: node_modules/.bin/tsx bench/ab.ts <revA> [revB = .] [rounds = 12] [turns = 50] [short | paced]")
   process.exitCode = 2
 } else {
-  run(revA, revB, rounds === undefined ? undefined : Number(rounds), turns === undefined ? undefined : Number(turns))
+  run(revA, revB, rounds === undefined ? undefined : Number(rounds), turns === undefined ? undefined : Number(turns), shape as Shape | undefined)
     .then((table) => console.log(table))
     .catch((error) => {
       console.error(error)

@@ -20,6 +20,7 @@ import {
 } from "../Llm.js"
 import { sha256 } from "../internal/Sha256.js"
 import { malformed } from "./common/Errors.js"
+import * as FastDecode from "./common/FastDecode.js"
 import type { SseEvent } from "./Sse.js"
 
 export {
@@ -94,8 +95,19 @@ export const decodeKnownEvent = <A>(
   return Either.mapLeft(decode(json), (error) => malformed(`${what} ${type}: unexpected shape: ${error.message.slice(0, 300)}`))
 }
 
-export const decoderFor = <A, I>(schema: Schema.Schema<A, I>) =>
-  Schema.decodeUnknownEither(schema, { onExcessProperty: "ignore" })
+/**
+ * A wire schema's decoder: the compiled one (`common/FastDecode.ts`) where the schema's AST
+ * allows it, with the Schema's own decoding for what it refuses (the error says why).
+ */
+export const decoderFor = <A, I>(schema: Schema.Schema<A, I>): (u: unknown) => Either.Either<A, ParseResult.ParseError> => {
+  const decode = Schema.decodeUnknownEither(schema, { onExcessProperty: "ignore" })
+  const fast = FastDecode.compile(schema.ast)
+  if (fast === undefined) return decode
+  return (u) => {
+    const out = fast(u)
+    return out === FastDecode.REFUSED ? decode(u) : Either.right(out as A)
+  }
+}
 
 // =============================================================================
 // Assembler

@@ -42,7 +42,7 @@ export const ResponsesUsage = Schema.Struct({
   output_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ reasoning_tokens: OptNum })))
 })
 
-const Item = Schema.Struct({
+export const ResponsesItem = Schema.Struct({
   id: OptStr,
   type: Schema.String,
   call_id: OptStr,
@@ -91,7 +91,7 @@ const knownEvents: ReadonlySet<string> = new Set([
 ])
 
 const decodeEvent = decoderFor(ResponsesEvent)
-const decodeItem = decoderFor(Item)
+const decodeItem = decoderFor(ResponsesItem)
 
 export const mapUsage = (usage: typeof ResponsesUsage.Type): Usage => {
   const cached = usage.input_tokens_details?.cached_tokens ?? 0
@@ -132,7 +132,7 @@ export const makeMachine = (meta: StreamMeta): Machine => {
   const missingSuffix = (streamed: string, complete: string): string =>
     complete.length > streamed.length && complete.startsWith(streamed) ? complete.slice(streamed.length) : ""
 
-  const startCall = (out: Array<ResponseEvent>, where: Where, item: typeof Item.Type): number => {
+  const startCall = (out: Array<ResponseEvent>, where: Where, item: typeof ResponsesItem.Type): number => {
     const itemId = item.id ?? undefined
     const callId = item.call_id ?? itemId ?? `call_${where.outputIndex ?? blocks.size}`
     return register(where, assembler.startToolCall(out, itemId ? `${callId}|${itemId}` : callId, item.name ?? ""))
