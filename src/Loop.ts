@@ -178,15 +178,22 @@ export const CUT_OFF_RESULT =
 export const CANCELED_RESULT = "Not executed: the user canceled the turn."
 export const SUPERSEDED_RESULT = "Not executed: the user started a new turn."
 
-export const makeTransition = (policy: Policy) => (state: RuntimeState, input: Input): Transition =>
-  Input.$match(input, {
-    Start: ({ clientHistory, context, message, settings }) => onStart(policy, state, message, context, settings, clientHistory),
-    Summarize: ({ clientHistory, instructions, settings }) => onSummarize(policy, state, instructions, settings, clientHistory),
-    LlmEvent: ({ callId, event }) => onLlmEvent(policy, state, callId, event),
-    ToolResult: ({ message }) => onToolResult(policy, state, message),
-    UserMessage: ({ message }) => onUserMessage(policy, state, message),
-    Cancel: ({ reason }) => onCancel(state, reason)
-  })
+export const makeTransition = (policy: Policy) => (state: RuntimeState, input: Input): Transition => {
+  switch (input._tag) {
+    case "Start":
+      return onStart(policy, state, input.message, input.context, input.settings, input.clientHistory)
+    case "Summarize":
+      return onSummarize(policy, state, input.instructions, input.settings, input.clientHistory)
+    case "LlmEvent":
+      return onLlmEvent(policy, state, input.callId, input.event)
+    case "ToolResult":
+      return onToolResult(policy, state, input.message)
+    case "UserMessage":
+      return onUserMessage(policy, state, input.message)
+    case "Cancel":
+      return onCancel(state, input.reason)
+  }
+}
 
 const unchanged = (state: RuntimeState): Transition => ({ state, emit: [], command: Command.WaitInput() })
 

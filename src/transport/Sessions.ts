@@ -14,6 +14,7 @@ import type { ConversationState } from "../Loop.js"
 import { ClientGateway } from "../Runner.js"
 import type { CompactionProgress, DispatchedOperation, TurnOutcome, TurnRef } from "../Runner.js"
 import type { TransportOptions } from "./Options.js"
+import { envelope } from "./Connect.js"
 import { endFrameOf, frameOf, Lifecycle, makeSession, requestIdOf, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import { startOperation, toolContext } from "./ToolOps.js"
@@ -24,6 +25,11 @@ const encodeEvents = (session: Session, turn: TurnRef, callId: string, events: R
   const mcpTools = toolContext(session, turn).mcpTools
   const frames: Array<Uint8Array> = []
   for (const event of events) {
+    const bytes = Dialect.deltaBytesOf(session.correlation, callId, event)
+    if (bytes !== undefined) {
+      frames.push(envelope(0, bytes))
+      continue
+    }
     const encoded = Dialect.encodeResponseEvent(session.correlation, callId, event, { nowMs, mcpTools })
     session.correlation = encoded.correlation
     for (const message of encoded.messages) frames.push(frameOf(message))
