@@ -41,18 +41,60 @@ describe("SlicedScheduler", () => {
     await new Promise<void>((done) => {
       setImmediate(() => ran.push("io"))
       // Each task outlasts the slice: the drain stops after each one.
-      for (let i = 0; i < 4; i++) scheduler.queueNormal(() => {
+      for (let i = 0; i < 4; i++) scheduler.scheduleTask(() => {
         busy(2)
         ran.push(`t${i}`)
+        if (i === 0) assert.isFalse(scheduler.backlogged, "not behind while the first slice runs")
         if (i === 3) done()
-      })
-      assert.isTrue(scheduler.backlogged)
+      }, URGENT, {} as Fiber.RuntimeFiber<unknown, unknown>)
     })
     const io = ran.indexOf("io")
     assert.isAbove(io, 0, "the first slice ran before the event loop's check phase")
     assert.isBelow(io, ran.length - 1, "the check phase ran before the last task")
     assert.deepStrictEqual(ran.filter((r) => r !== "io"), ["t0", "t1", "t2", "t3"])
     assert.isFalse(scheduler.backlogged)
+  })
+
+  it("runs urgent tasks at once and normal ones in the check phase, after the ticks and microtasks of the iteration", async () => {
+    const scheduler = new SlicedScheduler(50)
+    const fiber = {} as Fiber.RuntimeFiber<unknown, unknown>
+    const ran: Array<string> = []
+    // As from an I/O callback (a macrotask): then ticks run first, then microtasks.
+    await new Promise<void>((done) => setImmediate(() => {
+      scheduler.scheduleTask(() => ran.push("normal"), 0, fiber)
+      scheduler.scheduleTask(() => ran.push("urgent"), URGENT, fiber)
+      process.nextTick(() => ran.push("tick"))
+      void Promise.resolve().then(() => ran.push("microtask"))
+      scheduler.queueNormal(done)
+    }))
+    // The urgent task's microtask was queued before the promise's; the normal task runs in the next check phase.
+    assert.deepStrictEqual(ran, ["tick", "urgent", "microtask", "normal"])
+  })
+
+  it("is behind only once a drain ran out of its slice with tasks left; urgent tasks then wait for the check phase", async () => {
+    const scheduler = new SlicedScheduler(0.5)
+    const fiber = {} as Fiber.RuntimeFiber<unknown, unknown>
+    const ran: Array<string> = []
+    scheduler.queueNormal(() => ran.push("queued"))
+    assert.isFalse(scheduler.backlogged, "queued for the check phase is not behind")
+    await new Promise<void>((done) => {
+      for (let i = 0; i < 3; i++) scheduler.queueNormal(() => {
+        busy(2)
+        ran.push(`n${i}`)
+        if (i === 0) {
+          // Queued while behind work waits: it runs in a later check phase, not in a microtask before it.
+          setTimeout(() => {
+            assert.isTrue(scheduler.backlogged)
+            scheduler.scheduleTask(() => ran.push("urgent"), URGENT, fiber)
+            void Promise.resolve().then(() => ran.push("microtask"))
+          }, 0)
+        }
+      })
+      scheduler.queueNormal(done)
+    })
+    assert.isFalse(scheduler.backlogged)
+    assert.isBelow(ran.indexOf("queued"), ran.indexOf("n0"))
+    assert.isBelow(ran.indexOf("microtask"), ran.indexOf("urgent"))
   })
 
   it("runs fibers: an urgent fiber's steps go ahead of a normal fiber's", async () => {

@@ -14,10 +14,16 @@
  *   conversation's actor while it commits a client's input to a running turn, see `Runner.ts`)
  *   and `normal` otherwise (turn starts, model streams, priority 0); a drain runs every urgent
  *   task before the next normal one;
- * - a drain starts in a microtask when the queue was empty (an idle server reacts at once) and
- *   stops, once `sliceMs` have passed, after the task that was running; the rest goes on in
- *   the next event-loop iteration (`setImmediate`), after the sockets that became readable
- *   were read and the next connection accepted.
+ * - urgent tasks start in a microtask (an idle server reacts at once); normal ones wait for the
+ *   event loop's check phase (`setImmediate`), after the I/O callbacks of the iteration and
+ *   the socket writes they queued (`process.nextTick`), which run only once the microtask
+ *   queue is empty: a model call's fiber resumed by its response head, for one, no longer runs
+ *   before the first delta in the same read is handled and written (it delayed it by ~0.4 ms,
+ *   measured with `bench/first.ts` and a scratch trace);
+ * - a drain stops, once `sliceMs` have passed, after the task that was running; the rest goes
+ *   on in the next event-loop iteration (`setImmediate`), after the sockets that became
+ *   readable were read and the next connection accepted. Until a drain empties the queue the
+ *   process is behind (`backlogged`), and urgent tasks too wait for the check phase.
  *
  * A fiber still yields after `currentMaxOpsBeforeYield` operations, as on Effect's scheduler;
  * it is not preempted on time. Preempting on time made fibers yield at any operation, among
@@ -64,8 +70,14 @@ class TaskQueue {
 export class SlicedScheduler implements Scheduler.Scheduler {
   private readonly urgent = new TaskQueue()
   private readonly normal = new TaskQueue()
-  /** A drain is queued (microtask or `setImmediate`) or running. */
-  private scheduled = false
+  /** A drain of the urgent tasks is queued as a microtask or running. */
+  private microtaskDrain = false
+  /** A drain of every task is queued for the event loop's check phase (`setImmediate`) or running. */
+  private immediateDrain = false
+  /** That drain is running (it takes the urgent tasks queued meanwhile itself). */
+  private drainingAll = false
+  /** The last drain ran out of its slice with tasks left: the process is behind. */
+  private behind = false
 
   constructor(readonly sliceMs: number) {}
 
@@ -89,12 +101,24 @@ export class SlicedScheduler implements Scheduler.Scheduler {
   }
 
   private enqueue(task: Scheduler.Task, urgent: boolean): void {
-    if (urgent) this.urgent.push(task)
-    else this.normal.push(task)
-    if (!this.scheduled) {
-      this.scheduled = true
-      queueMicrotask(this.drain)
+    if (urgent) {
+      this.urgent.push(task)
+      // Behind, urgent work too waits for the check phase, so that the poll phase stays short
+      // (new connections are accepted one per event-loop iteration).
+      if (!this.microtaskDrain && !this.drainingAll && !this.behind) {
+        this.microtaskDrain = true
+        queueMicrotask(this.drainUrgent)
+      }
+    } else {
+      this.normal.push(task)
+      this.scheduleImmediate()
     }
+  }
+
+  private scheduleImmediate(): void {
+    if (this.immediateDrain) return
+    this.immediateDrain = true
+    setImmediate(this.drainAll)
   }
 
   /** Tasks waiting to run. */
@@ -104,28 +128,62 @@ export class SlicedScheduler implements Scheduler.Scheduler {
 
   /** Tasks wait for a later slice: the process is behind, so new work should queue rather than jump ahead. */
   get backlogged(): boolean {
-    return this.pending > 0
+    return this.behind
   }
 
-  private readonly drain = () => {
+  /**
+   * The urgent tasks, in a microtask: what a client waits on starts at once. It stops at the
+   * end of its slice; the rest (and the normal tasks) go on in the check phase.
+   */
+  private readonly drainUrgent = () => {
     const deadline = performance.now() + this.sliceMs
     try {
       for (;;) {
-        const task = this.urgent.take() ?? this.normal.take()
+        const task = this.urgent.take()
         if (task === undefined) {
-          this.scheduled = false
+          this.microtaskDrain = false
           return
         }
         task()
-        if (this.pending > 0 && performance.now() >= deadline) {
-          setImmediate(this.drain)
+        if (this.urgent.size > 0 && performance.now() >= deadline) {
+          this.microtaskDrain = false
+          this.behind = true
+          this.scheduleImmediate()
           return
         }
       }
     } catch (error) {
       // A task that throws (a defect outside any fiber) does not stop the others.
-      setImmediate(this.drain)
+      this.microtaskDrain = false
+      this.scheduleImmediate()
       throw error
+    }
+  }
+
+  /** Every task, urgent first, in the check phase: normal work waits for the I/O of the event loop's iteration. */
+  private readonly drainAll = () => {
+    const deadline = performance.now() + this.sliceMs
+    this.drainingAll = true
+    try {
+      for (;;) {
+        const task = this.urgent.take() ?? this.normal.take()
+        if (task === undefined) {
+          this.immediateDrain = false
+          this.behind = false
+          return
+        }
+        task()
+        if (this.pending > 0 && performance.now() >= deadline) {
+          this.behind = true
+          setImmediate(this.drainAll)
+          return
+        }
+      }
+    } catch (error) {
+      setImmediate(this.drainAll)
+      throw error
+    } finally {
+      this.drainingAll = false
     }
   }
 }

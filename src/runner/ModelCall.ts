@@ -48,9 +48,11 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
           const at = clock.unsafeCurrentTimeMillis()
           const turnId = turnOfCall(call.callId)
           if (!env.turnClock.firstDelta.has(turnId)) env.turnClock.firstDelta.set(turnId, at)
-          // One small write per call, for the console (it never touches the call's status).
+          // One small write per call, for the console (it never touches the call's status). It
+          // yields first: started in the read's own call, it would otherwise run (a SQL write)
+          // before the socket write of the first delta, which Node makes once this call returns.
           follow = Effect.zipRight(
-            Metric.update(Metrics.timeToFirstDelta, (at - openedAt) / 1000),
+            Effect.zipRight(Effect.yieldNow(), Metric.update(Metrics.timeToFirstDelta, (at - openedAt) / 1000)),
             store.recordCallTiming(call.callId, { firstDeltaMs: at - openedAt, attempts }).pipe(
               Effect.catchAll((error) => Effect.logWarning("runner: could not record a model call's first delta", error))
             )
