@@ -14,7 +14,7 @@ import {
   ResponseEvent,
   serializeMessage
 } from "../src/Llm.js"
-import { sha256, sha256Bytes } from "../src/internal/Sha256.js"
+import { sha256, sha256Bytes, sha256Digest } from "../src/internal/Sha256.js"
 
 const message: Message = {
   role: "assistant",
@@ -78,6 +78,10 @@ describe("Llm: hashes", () => {
         assert.strictEqual(sha256Bytes(bytes), createHash("sha256").update(bytes).digest("hex"), `length ${bytes.length}`)
       }
     }
+  })
+
+  it.prop("sha256Digest is node:crypto's digest, as bytes", [fc.uint8Array({ maxLength: 300 })], ([bytes]) => {
+    assert.deepStrictEqual(Buffer.from(sha256Digest(bytes)), createHash("sha256").update(bytes).digest())
   })
 
   it("messagesHash extends by one message without rehashing the history", () => {

@@ -4,7 +4,7 @@
  * once the blobs it names are acknowledged.
  */
 import type { AgentServerMessage, ConversationStateStructure } from "../gen/agent/v1/agent_pb.js"
-import { sha256Bytes } from "../internal/Sha256.js"
+import { sha256Digest } from "../internal/Sha256.js"
 import { bytesToHex } from "./Bytes.js"
 import { server } from "./Correlation.js"
 import type { PendingKv, TurnCorrelation } from "./Correlation.js"
@@ -15,12 +15,7 @@ export interface Blob {
   readonly data: Uint8Array
 }
 
-export const blobIdOf = (data: Uint8Array): Uint8Array => {
-  const hex = sha256Bytes(data)
-  const id = new Uint8Array(32)
-  for (let i = 0; i < 32; i++) id[i] = parseInt(hex.slice(i * 2, i * 2 + 2), 16)
-  return id
-}
+export const blobIdOf = (data: Uint8Array): Uint8Array => sha256Digest(data)
 
 export const blobOf = (data: Uint8Array): Blob => ({ id: blobIdOf(data), data })
 

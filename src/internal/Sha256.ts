@@ -53,8 +53,8 @@ const compress = (data: Uint8Array, end: number): void => {
   H[0] = h0; H[1] = h1; H[2] = h2; H[3] = h3; H[4] = h4; H[5] = h5; H[6] = h6; H[7] = h7
 }
 
-/** SHA-256 of `bytes`, as 64 lowercase hex characters. */
-export const sha256Bytes = (bytes: Uint8Array): string => {
+/** Runs SHA-256 over `bytes`, leaving the digest in `H`. */
+const digest = (bytes: Uint8Array): void => {
   H.set(INITIAL)
   // The whole blocks in place, then the last bytes with the padding and the bit length.
   const whole = bytes.length - (bytes.length % 64)
@@ -68,10 +68,29 @@ export const sha256Bytes = (bytes: Uint8Array): string => {
   view.setUint32(tail.length - 8, Math.floor(bitLength / 0x100000000))
   view.setUint32(tail.length - 4, bitLength >>> 0)
   compress(tail, tail.length)
+}
+
+/** SHA-256 of `bytes`, as 64 lowercase hex characters. */
+export const sha256Bytes = (bytes: Uint8Array): string => {
+  digest(bytes)
   let out = ""
   for (let i = 0; i < 8; i++) {
     const word = H[i]!
     out += HEX[(word >>> 24) & 0xff]! + HEX[(word >>> 16) & 0xff]! + HEX[(word >>> 8) & 0xff]! + HEX[word & 0xff]!
+  }
+  return out
+}
+
+/** SHA-256 of `bytes`, as its 32 bytes. */
+export const sha256Digest = (bytes: Uint8Array): Uint8Array => {
+  digest(bytes)
+  const out = new Uint8Array(32)
+  for (let i = 0; i < 8; i++) {
+    const word = H[i]!
+    out[i * 4] = word >>> 24
+    out[i * 4 + 1] = (word >>> 16) & 0xff
+    out[i * 4 + 2] = (word >>> 8) & 0xff
+    out[i * 4 + 3] = word & 0xff
   }
   return out
 }
