@@ -16,22 +16,21 @@ export class DialectError extends Schema.TaggedError<DialectError>("cursor-byok/
 
 export const fail = (reason: DialectErrorReason, message: string) => Either.left(new DialectError({ reason, message }))
 
-const HEX = /^[0-9a-fA-F]*$/
-
-/** Strict hex: an odd length or a non-hex character is an error, never a silent truncation. */
+/**
+ * Strict hex: an odd length or a non-hex character is an error, never a silent truncation.
+ * Decoded natively (a run request is a BidiAppend's hex `data`; parsing it two characters at a
+ * time took ~85 ns a byte): Node's hex decoder stops at the first pair that is not hex, so a
+ * shorter result names a bad character. The bytes are a copy of their own (a small `Buffer`
+ * lives in a shared pool).
+ */
 export const hexToBytes = (hex: string): Either.Either<Uint8Array, DialectError> => {
   if (hex.length % 2 !== 0) return fail("badHex", `hex data has odd length ${hex.length}`)
-  if (!HEX.test(hex)) return fail("badHex", "hex data contains a non-hex character")
-  const bytes = new Uint8Array(hex.length / 2)
-  for (let i = 0; i < bytes.length; i++) bytes[i] = parseInt(hex.slice(i * 2, i * 2 + 2), 16)
-  return Either.right(bytes)
+  const decoded = Buffer.from(hex, "hex")
+  if (decoded.length * 2 !== hex.length) return fail("badHex", "hex data contains a non-hex character")
+  return Either.right(new Uint8Array(decoded))
 }
 
-export const bytesToHex = (bytes: Uint8Array): string => {
-  let out = ""
-  for (const byte of bytes) out += byte.toString(16).padStart(2, "0")
-  return out
-}
+export const bytesToHex = (bytes: Uint8Array): string => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("hex")
 
 export const parse = <A>(what: string, decode: () => A): Either.Either<A, DialectError> => {
   try {
