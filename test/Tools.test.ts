@@ -125,6 +125,21 @@ describe("catalog", () => {
     assert.strictEqual(toolCatalog("plan", [], { search: true, fetch: false }), toolCatalog("plan", [], { search: true, fetch: false }))
   })
 
+  it("with MCP tools too: the same tools brought afresh give the same list object, other tools another", () => {
+    const fresh = (): McpToolDescriptor => JSON.parse(JSON.stringify(mcp))
+    const first = toolCatalog("agent", [fresh()])
+    assert.strictEqual(toolCatalog("agent", [fresh()]), first)
+    assert.deepStrictEqual(toolCatalog("agent", [fresh()]).map((tool) => tool.name), toolCatalog("agent", []).map((tool) => tool.name).concat(mcpModelName(mcp)))
+    const other = { ...fresh(), description: "another description" }
+    assert.notStrictEqual(toolCatalog("agent", [other]), first)
+    assert.strictEqual(toolCatalog("agent", [other]).at(-1)?.description, "another description")
+    // Another mode's catalog keeps its own list; many different tool sets push the oldest out.
+    assert.notStrictEqual(toolCatalog("debug", [fresh()]), first)
+    for (let i = 0; i < 20; i++) toolCatalog("agent", [{ ...fresh(), name: `tool${i}` }])
+    assert.notStrictEqual(toolCatalog("agent", [fresh()]), first)
+    assert.deepStrictEqual(toolCatalog("agent", [fresh()]), first)
+  })
+
   it("every definition has an object JSON schema, MCP ones keep the server's schema", () => {
     for (const tool of toolCatalog("agent", [mcp])) assert.strictEqual(tool.parameters["type"], "object")
     assert.deepStrictEqual(toolCatalog("agent", [mcp]).at(-1)?.parameters, mcp.inputSchema as Record<string, unknown>)
