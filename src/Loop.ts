@@ -180,18 +180,12 @@ export const SUPERSEDED_RESULT = "Not executed: the user started a new turn."
 
 export const makeTransition = (policy: Policy) => (state: RuntimeState, input: Input): Transition => {
   switch (input._tag) {
-    case "Start":
-      return onStart(policy, state, input.message, input.context, input.settings, input.clientHistory)
-    case "Summarize":
-      return onSummarize(policy, state, input.instructions, input.settings, input.clientHistory)
-    case "LlmEvent":
-      return onLlmEvent(policy, state, input.callId, input.event)
-    case "ToolResult":
-      return onToolResult(policy, state, input.message)
-    case "UserMessage":
-      return onUserMessage(policy, state, input.message)
-    case "Cancel":
-      return onCancel(state, input.reason)
+    case "Start": return onStart(policy, state, input.message, input.context, input.settings, input.clientHistory)
+    case "Summarize": return onSummarize(policy, state, input.instructions, input.settings, input.clientHistory)
+    case "LlmEvent": return onLlmEvent(policy, state, input.callId, input.event)
+    case "ToolResult": return onToolResult(policy, state, input.message)
+    case "UserMessage": return onUserMessage(policy, state, input.message)
+    case "Cancel": return onCancel(state, input.reason)
   }
 }
 

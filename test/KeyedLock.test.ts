@@ -2,6 +2,15 @@ import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Ref } from "effect"
 import { makeKeyedLock } from "../src/internal/KeyedLock.js"
 
+/** A lock whose key "k" a forked holder keeps until `release` completes. */
+const heldKey = Effect.gen(function*() {
+  const lock = yield* makeKeyedLock()
+  const release = yield* Deferred.make<void>()
+  const holder = yield* Effect.fork(lock.withLock("k")(Deferred.await(release)))
+  yield* Effect.yieldNow()
+  return { holder, lock, release }
+})
+
 describe("KeyedLock", () => {
   it.effect("serializes holders of one key and lets other keys run", () =>
     Effect.gen(function*() {
@@ -31,10 +40,7 @@ describe("KeyedLock", () => {
 
   it.effect("a waiter queued behind the holder can be interrupted, and the key still works", () =>
     Effect.gen(function*() {
-      const lock = yield* makeKeyedLock()
-      const release = yield* Deferred.make<void>()
-      const holder = yield* Effect.fork(lock.withLock("k")(Deferred.await(release)))
-      yield* Effect.yieldNow()
+      const { holder, lock, release } = yield* heldKey
       const waiter = yield* Effect.fork(lock.withLock("k")(Effect.succeed("never")))
       yield* Effect.yieldNow()
       yield* Fiber.interrupt(waiter)
@@ -45,10 +51,7 @@ describe("KeyedLock", () => {
 
   it.effect("forgets a key once nobody holds it or waits for it, a failed or interrupted user too", () =>
     Effect.gen(function*() {
-      const lock = yield* makeKeyedLock()
-      const release = yield* Deferred.make<void>()
-      const holder = yield* Effect.fork(lock.withLock("k")(Deferred.await(release)))
-      yield* Effect.yieldNow()
+      const { holder, lock, release } = yield* heldKey
       const waiter = yield* Effect.fork(lock.withLock("k")(Effect.fail("refused" as const)))
       const other = yield* Effect.fork(lock.withLock("k")(Effect.never))
       yield* Effect.yieldNow()
