@@ -10,7 +10,11 @@
  * A version is a git revision (built in a temporary worktree that shares this checkout's
  * node_modules) or `.` for the working tree.
  *
- *   node_modules/.bin/tsx bench/ab.ts <revA> [revB = .] [rounds = 12] [turns = 50]
+ * The shape: `short` (the default) as above; `paced`, CPU per delta of `turns` streams of 200
+ * deltas 5-20 ms apart; `mcp`, short turns whose run requests bring 60 MCP tools each
+ * (`support/mcp.ts`), as a user with a few MCP servers sends every turn.
+ *
+ *   node_modules/.bin/tsx bench/ab.ts <revA> [revB = .] [rounds = 12] [turns = 50] [short | paced | mcp]
  */
 import { execFileSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs"
@@ -18,6 +22,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { repoRoot, startServer } from "./support/child.js"
 import type { ServerChild } from "./support/child.js"
+import { mcpToolSet } from "./support/mcp.js"
 import * as Provider from "./support/provider.js"
 import { median, spread } from "./support/stats.js"
 import { concurrently, serverStream } from "./support/streams.js"
@@ -48,7 +53,9 @@ const bundleOf = (rev: string): { readonly path: string; readonly label: string 
   return { path, label: sha }
 }
 
-export type Shape = "short" | "paced"
+export type Shape = "short" | "paced" | "mcp"
+
+const mcpTools = mcpToolSet()
 
 export const run = async (revA: string, revB = ".", rounds = 12, turns = 50, shape: Shape = "short"): Promise<string> => {
   const versions = [bundleOf(revA), bundleOf(revB)]
@@ -60,7 +67,8 @@ export const run = async (revA: string, revB = ".", rounds = 12, turns = 50, sha
     const round = async (server: ServerChild) => {
       const before = server.cpuSeconds()
       const spec = shape === "paced" ? { deltas: 200, minMs: 5, maxMs: 20 } : { deltas: 3, minMs: 0, maxMs: 0 }
-      const results = await concurrently(turns, 100, () => serverStream(server.baseUrl, provider, { id: `ab${sequence++}`, ...spec }))
+      const options = shape === "mcp" ? { mcpTools } : {}
+      const results = await concurrently(turns, 100, () => serverStream(server.baseUrl, provider, { id: `ab${sequence++}`, ...spec }, options))
       provider.reset()
       const cpuMs = (server.cpuSeconds() - before) * 1000
       // Per turn in ms, or per delta in µs.
@@ -75,7 +83,7 @@ export const run = async (revA: string, revB = ".", rounds = 12, turns = 50, sha
     const ratio = median(perTurn[1].map((b, k) => b / perTurn[0][k]!))
     const [what, unit] = shape === "paced"
       ? [`per paced delta (${turns} streams of 200 deltas 5-20 ms apart, the turns' own cost included)`, "µs"]
-      : [`per short turn (${turns} at once, new connections)`, "ms"]
+      : [`per short turn (${turns} at once, new connections${shape === "mcp" ? ", 60 MCP tools in each run request" : ""})`, "ms"]
     return [
       `Server CPU ${what}, two versions at once, ${rounds} rounds each alternated, median (min–max).`,
       "",
@@ -93,8 +101,8 @@ export const run = async (revA: string, revB = ".", rounds = 12, turns = 50, sha
 }
 
 const [revA, revB, rounds, turns, shape] = process.argv.slice(2)
-if (revA === undefined || (shape !== undefined && shape !== "short" && shape !== "paced")) {
-  console.error("usage: node_modules/.bin/tsx bench/ab.ts <revA> [revB = .] [rounds = 12] [turns = 50] [short | paced]")
+if (revA === undefined || (shape !== undefined && shape !== "short" && shape !== "paced" && shape !== "mcp")) {
+  console.error("usage: node_modules/.bin/tsx bench/ab.ts <revA> [revB = .] [rounds = 12] [turns = 50] [short | paced | mcp]")
   process.exitCode = 2
 } else {
   run(revA, revB, rounds === undefined ? undefined : Number(rounds), turns === undefined ? undefined : Number(turns), shape as Shape | undefined)

@@ -12,7 +12,7 @@ import { randomUUID } from "node:crypto"
 import * as http from "node:http"
 import { performance } from "node:perf_hooks"
 import { CursorClient } from "../../test/support/CursorClient.js"
-import type { AppendRecord } from "../../test/support/CursorClient.js"
+import type { AppendRecord, TurnOptions } from "../../test/support/CursorClient.js"
 import { marker, stampsIn } from "./provider.js"
 import type { StampedProvider } from "./provider.js"
 
@@ -98,7 +98,13 @@ export const serverStream = async (
   baseUrl: string,
   provider: StampedProvider,
   spec: StreamSpec,
-  options: { readonly heartbeatMs?: number; readonly conversationId?: string; readonly client?: CursorClient } = {}
+  options: {
+    readonly heartbeatMs?: number
+    readonly conversationId?: string
+    readonly client?: CursorClient
+    /** MCP tools the run request brings (see `mcp.ts`). */
+    readonly mcpTools?: TurnOptions["mcpTools"]
+  } = {}
 ): Promise<StreamResult> => {
   // A client of the caller's keeps its connections from turn to turn (as Cursor does); by default each turn has its own.
   const client = options.client ??
@@ -107,7 +113,8 @@ export const serverStream = async (
     const turn = client.turn({
       conversationId: options.conversationId ?? randomUUID(),
       text: `Please answer. ${marker(spec.id, spec.deltas, spec.minMs, spec.maxMs, spec.lead === true)}`,
-      model: "bench-model"
+      model: "bench-model",
+      ...(options.mcpTools !== undefined ? { mcpTools: options.mcpTools } : {})
     })
     let canceledAt: number | undefined
     const cancelAfter = spec.cancelAfterDeltas

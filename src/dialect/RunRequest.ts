@@ -21,6 +21,7 @@ import type {
   RequestContext,
   UserMessage as CursorUserMessage
 } from "../gen/agent/v1/agent_pb.js"
+import { recentMap } from "../internal/JsonKey.js"
 import { sha256Bytes } from "../internal/Sha256.js"
 import type { UserContent } from "../Llm.js"
 import type { TurnSettings } from "../Loop.js"
@@ -34,15 +35,29 @@ import { asyncAnswersMessageOf, backgroundCompletionsMessageOf, executePlanMessa
 import { customSubagentsOf, subagentInfosOf, subagentRunOf } from "./Subagents.js"
 import { attachedImagesOf, toLlmUserMessage } from "./UserMessage.js"
 
+/**
+ * Input schemas by their JSON text, the most recent few hundred: the run request brings every MCP
+ * tool's schema again each turn. A parsed schema is a value no one edits (it goes to the model as
+ * it is), so turns share it.
+ */
+const parsedSchemas = recentMap<string, unknown>(512)
+
+const parseSchema = (json: string): unknown => {
+  let schema = parsedSchemas.get(json)
+  if (schema === undefined) {
+    try {
+      schema = JSON.parse(json)
+    } catch {
+      return undefined
+    }
+    if (schema !== undefined) parsedSchemas.set(json, schema)
+  }
+  return schema
+}
+
 const mcpDescriptor = (tool: McpToolDefinition): McpToolDescriptor => {
   let inputSchema: unknown = undefined
-  if (tool.inputSchemaJson !== undefined && tool.inputSchemaJson !== "") {
-    try {
-      inputSchema = JSON.parse(tool.inputSchemaJson)
-    } catch {
-      inputSchema = undefined
-    }
-  }
+  if (tool.inputSchemaJson !== undefined && tool.inputSchemaJson !== "") inputSchema = parseSchema(tool.inputSchemaJson)
   if (inputSchema === undefined && tool.inputSchema !== undefined) inputSchema = toJson(ValueSchema, tool.inputSchema)
   return {
     name: tool.name,

@@ -10,22 +10,22 @@ import type { ConversationState, WaitingClient } from "../Loop.js"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
 import type { Query } from "./Tx.js"
-import { checkLlmCall, insertLlmCall, rememberParts, updateLlmCall } from "./LlmCalls.js"
+import { checkLlmCall, insertLlmCall, insertPart, rememberParts, updateLlmCall } from "./LlmCalls.js"
 import { CorruptRow, DuplicateInput, HistoryRewritten, InvalidCommit, StoreError, TURN_STARTS_LIMIT, VersionConflict } from "./Model.js"
 import type { CommitInput, InputCommit, LoadedConversation, SegmentRecord, TurnStart } from "./Model.js"
 import { insertOperations, settleOperation } from "./Operations.js"
 import {
   decodeHistory,
   decodeJson,
-  decodeStateFields,
   decodeStatus,
   decodeWaiting,
   parseJson,
   prefixUpperBound,
   resultJson,
-  rowHash,
-  StateFields
+  rowHash
 } from "./Rows.js"
+import { decodeStateFields, partHashesOf, resolveSettings, storedFormOf } from "./StateJson.js"
+import type { StateFields } from "./StateJson.js"
 import type { ConversationRow, MessageRow, TurnStartRow } from "./Rows.js"
 
 export const recordedInput = (q: Query, conversationId: string, inputId: string) =>
@@ -117,7 +117,9 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
     waiting: _waiting,
     ...fields
   } = next
-  const stateJson = canonicalJson(fields satisfies typeof StateFields.Type)
+  // The settings' bulky lists go to request parts, written once (see StateJson.ts).
+  const storedSettings = next.settings === null ? null : storedFormOf(next.settings)
+  const stateJson = canonicalJson({ ...fields, settings: storedSettings?.settings ?? null } satisfies StateFields)
   const waitingJson = next.waiting === null ? null : canonicalJson(next.waiting)
 
   const transaction = (q: Query) => Effect.gen(function*() {
@@ -183,6 +185,11 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
         ON CONFLICT (conversation_id, turn_id) DO NOTHING`
     }
     const parts = input.llmCall === undefined ? [] : yield* insertLlmCall(env, q, input.llmCall, now)
+    for (const part of storedSettings?.parts ?? []) {
+      if (env.storedParts.has(part.hash)) continue
+      yield* insertPart(q, part.hash, part.body)
+      parts.push(part.hash)
+    }
     if (input.clientOperations !== undefined) yield* insertOperations(q, input.clientOperations, now)
     if (input.llmCallUpdate !== undefined) {
       const updated = yield* updateLlmCall(q, input.llmCallUpdate, now)
@@ -207,7 +214,8 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
   return committed.version
 })
 
-export const load = ({ transaction }: StoreEnv) => Effect.fn("Store.load")(function*(conversationId: string) {
+export const load = (env: StoreEnv) => Effect.fn("Store.load")(function*(conversationId: string) {
+  const { sql, transaction } = env
   const read = (q: Query) => Effect.gen(function*() {
     const rows = yield* q<ConversationRow>`
       SELECT version, status, turn_id, message_count, messages_hash, waiting_json, state_json, segment_start
@@ -244,6 +252,17 @@ export const load = ({ transaction }: StoreEnv) => Effect.fn("Store.load")(funct
   if (fields.right.segment.start !== row.segment_start) {
     return yield* corrupt(`state_json names a segment at ${fields.right.segment.start}; segment_start is ${row.segment_start}`)
   }
+  let settings = fields.right.settings
+  const partNames = partHashesOf(settings)
+  if (settings !== null && partNames.length > 0) {
+    // Parts are immutable and never deleted, so they are read after the row's transaction.
+    const partRows = yield* sql<{ hash: string; body: string }>`
+      SELECT hash, body FROM request_parts WHERE ${sql.in("hash", partNames)}`.pipe(
+        Effect.catchTag("SqlError", (e) => Effect.fail(storeError("load")(e)))
+      )
+    settings = yield* resolveSettings(conversationId, settings, new Map(partRows.map((part) => [part.hash, part.body])))
+    yield* rememberParts(env, partNames)
+  }
   let waiting: WaitingClient | null = null
   if (row.waiting_json !== null) {
     const decoded = decodeJson(row.waiting_json, decodeWaiting)
@@ -252,6 +271,7 @@ export const load = ({ transaction }: StoreEnv) => Effect.fn("Store.load")(funct
   }
   const state: ConversationState = {
     ...fields.right,
+    settings,
     conversationId,
     status: status.right,
     turnId: row.turn_id,

@@ -33,15 +33,8 @@ const upgradeUntypedSettings = (untyped: typeof UntypedTurnSettings.Type): Eithe
 }
 
 /** `{model, options}` settings decoded into `TurnSettings`; decode only (this shape is never written). */
-const UpgradedTurnSettings = Schema.transformOrFail(UntypedTurnSettings, Schema.typeSchema(TurnSettings), {
+export const UpgradedTurnSettings = Schema.transformOrFail(UntypedTurnSettings, Schema.typeSchema(TurnSettings), {
   strict: true,
   decode: upgradeUntypedSettings,
   encode: (settings, _, ast) => ParseResult.fail(new ParseResult.Forbidden(ast, settings, "settings are never stored untyped again"))
 })
-
-/**
- * Turn settings as a stored row may hold them: today's shape, or the untyped one of earlier
- * releases. The untyped member comes first: today's struct ignores unknown keys, so it would
- * otherwise accept an old row as settings with nothing but the model.
- */
-export const StoredTurnSettings = Schema.Union(UpgradedTurnSettings, TurnSettings)

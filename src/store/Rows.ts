@@ -6,8 +6,7 @@
 import { Either, ParseResult, Schema } from "effect"
 import { createHash } from "node:crypto"
 import { canonicalJson, emptyMessagesHash, extendMessagesHash, Message, serializeMessage, ToolDefinition, Usage } from "../Llm.js"
-import { ConversationState, ConversationStatus, WaitingClient } from "../Loop.js"
-import { StoredTurnSettings } from "./LegacyRows.js"
+import { ConversationStatus, WaitingClient } from "../Loop.js"
 import { CorruptRow, LlmCallStatus, OperationStatus } from "./Model.js"
 import type { LlmCallRecord, OperationRecord } from "./Model.js"
 
@@ -64,21 +63,9 @@ export interface OperationRow {
   readonly status: string
 }
 
-/**
- * The ConversationState fields that are neither history nor a column of their own: small,
- * rewritten at each commit as one JSON value. Derived from the schema, so a field the loop
- * adds is stored without a change here (rows written before it existed then fail to decode
- * until the field gets a default). Settings also decode from the shape earlier releases wrote.
- */
-export const StateFields = Schema.Struct({
-  ...ConversationState.omit("conversationId", "status", "turnId", "messages", "messagesHash", "waiting").fields,
-  settings: Schema.NullOr(StoredTurnSettings)
-})
-
 export const decodeMessage = Schema.decodeUnknownEither(Message)
 export const decodeStatus = Schema.decodeUnknownEither(ConversationStatus)
 export const decodeWaiting = Schema.decodeUnknownEither(WaitingClient)
-export const decodeStateFields = Schema.decodeUnknownEither(StateFields)
 export const decodeTools = Schema.decodeUnknownEither(Schema.Array(ToolDefinition))
 export const decodeUsage = Schema.decodeUnknownEither(Usage)
 const decodeCallStatus = Schema.decodeUnknownEither(LlmCallStatus)

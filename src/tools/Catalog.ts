@@ -2,6 +2,7 @@
  * The tool catalog: the tool definitions the model is offered in each Cursor mode, Cursor's
  * native tools first, then (in agent mode) the MCP tools the run request lists.
  */
+import { jsonKeyOf, recentMap } from "../internal/JsonKey.js"
 import type { ToolDefinition } from "../Llm.js"
 import { mcpModelName } from "./Kinds.js"
 import { SWITCHABLE_MODES } from "./Kinds.js"
@@ -280,33 +281,33 @@ const NO_WEB: WebTools = { search: false, fetch: false }
 /** Whether a mode offers a native tool (its web tools aside). */
 export const offers = (mode: CursorMode, kind: NativeKind): boolean => MODE_TOOLS[mode].includes(kind)
 
-/** The tools offered in a mode: Cursor's native tools for it, the web tools allowed, then (in the modes that write) the MCP tools. */
 /** Catalogs with MCP tools already made, by native catalog and then by the MCP tools' JSON (the last few of each). */
-const withMcps = new Map<ReadonlyArray<ToolDefinition>, Map<string, ReadonlyArray<ToolDefinition>>>()
+const withMcps = new Map<ReadonlyArray<ToolDefinition>, ReturnType<typeof recentMap<string, ReadonlyArray<ToolDefinition>>>>()
 const MCP_CATALOGS_KEPT = 16
 
 /**
+ * The tools offered in a mode: Cursor's native tools for it, the web tools allowed, then (in the
+ * modes that write) the MCP tools.
+ *
  * The same list object for the same tools, from call to call and turn to turn: a run request
  * brings its MCP tools afresh each turn, and a catalog is hashed (`Llm.toolsHash`), made into
  * wire JSON (`llm/Adapter.ts`) and estimated in tokens once per list object. With 60 MCP tools
  * (~130 KB) a new list per model call cost ~36 ms of server CPU per short turn (a scratch bench),
- * most of it the canonical JSON and SHA-256 of the list at each commit.
+ * most of it the canonical JSON and SHA-256 of the list at each commit. The MCP tools' JSON is
+ * made once per list object (`jsonKeyOf`): the turn's settings keep theirs from call to call.
  */
 export const toolCatalog = (mode: CursorMode, mcpTools: ReadonlyArray<McpToolDescriptor>, web: WebTools = NO_WEB): ReadonlyArray<ToolDefinition> => {
   const native = nativeCatalog(mode, web)
   if (!WRITES.includes(mode) || mcpTools.length === 0) return native
-  const byMcps = withMcps.get(native) ?? new Map<string, ReadonlyArray<ToolDefinition>>()
-  withMcps.set(native, byMcps)
-  const key = JSON.stringify(mcpTools)
-  const known = byMcps.get(key)
-  if (known !== undefined) {
-    // The most recently used last, so that the oldest goes first.
-    byMcps.delete(key)
-    byMcps.set(key, known)
-    return known
+  let byMcps = withMcps.get(native)
+  if (byMcps === undefined) {
+    byMcps = recentMap(MCP_CATALOGS_KEPT)
+    withMcps.set(native, byMcps)
   }
+  const key = jsonKeyOf(mcpTools)
+  const known = byMcps.get(key)
+  if (known !== undefined) return known
   const catalog = [...native, ...mcpTools.map(mcpDefinition)]
   byMcps.set(key, catalog)
-  if (byMcps.size > MCP_CATALOGS_KEPT) byMcps.delete(byMcps.keys().next().value!)
   return catalog
 }
