@@ -55,17 +55,46 @@ const parseSchema = (json: string): unknown => {
   return schema
 }
 
-const mcpDescriptor = (tool: McpToolDefinition): McpToolDescriptor => {
-  let inputSchema: unknown = undefined
-  if (tool.inputSchemaJson !== undefined && tool.inputSchemaJson !== "") inputSchema = parseSchema(tool.inputSchemaJson)
-  if (inputSchema === undefined && tool.inputSchema !== undefined) inputSchema = toJson(ValueSchema, tool.inputSchema)
-  return {
-    name: tool.name,
-    description: tool.description,
-    providerIdentifier: tool.providerIdentifier,
-    toolName: tool.toolName,
-    inputSchema: inputSchema ?? { type: "object", properties: {} }
+/** The JSON text of a tool's input schema: `input_schema_json` when it parses, else the `Value` form, else none. */
+const schemaTextOf = (tool: McpToolDefinition): string => {
+  if (tool.inputSchemaJson !== undefined && tool.inputSchemaJson !== "" && parseSchema(tool.inputSchemaJson) !== undefined) {
+    return tool.inputSchemaJson
   }
+  return tool.inputSchema !== undefined ? JSON.stringify(toJson(ValueSchema, tool.inputSchema)) : ""
+}
+
+const mcpDescriptor = (tool: McpToolDefinition, schemaText: string): McpToolDescriptor => ({
+  name: tool.name,
+  description: tool.description,
+  providerIdentifier: tool.providerIdentifier,
+  toolName: tool.toolName,
+  inputSchema: (schemaText === "" ? undefined : parseSchema(schemaText)) ?? { type: "object", properties: {} }
+})
+
+/**
+ * MCP tool lists by what the client said of them, the 16 most recent: the run request brings the
+ * same tools turn after turn, and they become the same list object, so what is made of a list
+ * once per object (its JSON, the tool catalog, the settings' stored part) is made once, not at
+ * every turn.
+ */
+const mcpLists = recentMap<string, ReadonlyArray<McpToolDescriptor>>(16)
+
+/** The descriptors of MCP tools as the client sent them (the run request's, then the request context's): the first of each. */
+const mcpToolsOf = (definitions: ReadonlyArray<McpToolDefinition>): ReadonlyArray<McpToolDescriptor> => {
+  if (definitions.length === 0) return []
+  const texts = definitions.map(schemaTextOf)
+  const key = JSON.stringify(definitions.map((tool, i) => [tool.name, tool.description, tool.providerIdentifier, tool.toolName, texts[i]]))
+  const known = mcpLists.get(key)
+  if (known !== undefined) return known
+  const tools: Array<McpToolDescriptor> = []
+  definitions.forEach((tool, i) => {
+    const descriptor = mcpDescriptor(tool, texts[i]!)
+    if (!tools.some((t) => t.providerIdentifier === descriptor.providerIdentifier && t.toolName === descriptor.toolName && t.name === descriptor.name)) {
+      tools.push(descriptor)
+    }
+  })
+  mcpLists.set(key, tools)
+  return tools
 }
 
 const workspaceOf = (context: RequestContext | undefined): WorkspaceInfo => {
@@ -239,13 +268,7 @@ const decodeRunRequestIn = (
   const subagent = subagentRunOf(request, customSubagents)
   const model = request.requestedModel?.modelId || request.modelDetails?.modelId || ""
   // MCP tools come on the run request and again in the request context; keep the first of each.
-  const mcpTools: Array<McpToolDescriptor> = []
-  for (const tool of [...(request.mcpTools?.mcpTools ?? []), ...(requestContext?.tools ?? [])]) {
-    const descriptor = mcpDescriptor(tool)
-    if (!mcpTools.some((known) => known.providerIdentifier === descriptor.providerIdentifier && known.toolName === descriptor.toolName && known.name === descriptor.name)) {
-      mcpTools.push(descriptor)
-    }
-  }
+  const mcpTools = mcpToolsOf([...(request.mcpTools?.mcpTools ?? []), ...(requestContext?.tools ?? [])])
   const workspace = workspaceOf(requestContext)
   const parameters = Object.fromEntries((request.requestedModel?.parameters ?? []).map((p) => [p.id, p.value]))
   const settings: TurnSettings = {
