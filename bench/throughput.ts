@@ -35,7 +35,9 @@ interface Round {
   readonly problems: ReadonlyArray<string>
 }
 
+/** Met and kept (DESIGN.md §9), and the next target. */
 export const BUDGET_RATIO = 0.5
+export const TARGET_RATIO = 0.7
 
 export const run = async (options: ThroughputOptions = {}) => {
   const runs = options.runs ?? 5
@@ -92,7 +94,8 @@ export const run = async (options: ThroughputOptions = {}) => {
     "",
     "| ratio server / relay | budget | verdict |",
     "| ---: | ---: | --- |",
-    `| ${spread(ratios.map((x) => x * 100), 1)} % | ≥ ${BUDGET_RATIO * 100} % | ${verdict(ratio >= BUDGET_RATIO)} |`,
+    `| ${spread(ratios.map((x) => x * 100), 1)} % | ≥ ${BUDGET_RATIO * 100} % (kept) | ${verdict(ratio >= BUDGET_RATIO)} |`,
+    `| | ≥ ${TARGET_RATIO * 100} % (target) | ${verdict(ratio >= TARGET_RATIO)} |`,
     ...(problems.length > 0 ? [`\n${problems.length} problems, e.g. ${problems.slice(0, 3).join("; ")}`] : [])
   ].join("\n")
   return { relayRounds, serverRounds, ratios, markdown }

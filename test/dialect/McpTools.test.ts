@@ -3,8 +3,9 @@
  * made of a list once per object, its JSON, catalog and stored part, is then made once), and a
  * list differs as soon as anything the model sees of a tool does.
  */
-import { create } from "@bufbuild/protobuf"
-import type { MessageInitShape } from "@bufbuild/protobuf"
+import { create, fromJson } from "@bufbuild/protobuf"
+import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf"
+import { ValueSchema } from "@bufbuild/protobuf/wkt"
 import { assert, describe, it } from "@effect/vitest"
 import { AgentRunRequestSchema } from "../../src/gen/agent/v1/agent_pb.js"
 import type { McpToolDefinitionSchema } from "../../src/gen/agent/v1/agent_pb.js"
@@ -56,13 +57,9 @@ describe("a run request's MCP tools", () => {
   })
 
   it("a schema that is not JSON falls back to the Value form, and two such tools with different Values are told apart", () => {
-    const broken = (properties: Record<string, unknown>): Tool => ({
-      ...tool(3),
-      inputSchemaJson: "{not json",
-      inputSchema: { kind: { case: "structValue", value: { fields: { type: { kind: { case: "stringValue", value: "object" } }, ...properties } } } }
-    })
-    const a = toolsOf([broken({})])
-    const b = toolsOf([broken({ title: { kind: { case: "stringValue", value: "B" } } })])
+    const broken = (schema: JsonObject): Tool => ({ ...tool(3), inputSchemaJson: "{not json", inputSchema: fromJson(ValueSchema, schema) })
+    const a = toolsOf([broken({ type: "object" })])
+    const b = toolsOf([broken({ type: "object", title: "B" })])
     assert.deepStrictEqual(a[0]!.inputSchema, { type: "object" })
     assert.deepStrictEqual(b[0]!.inputSchema, { type: "object", title: "B" })
     const none = toolsOf([{ ...tool(4), inputSchemaJson: "" }])
