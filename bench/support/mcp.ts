@@ -1,7 +1,7 @@
 /**
  * MCP tools as a Cursor user with a few MCP servers sends them in every run request: 60 tools,
- * each with a paragraph of description and a JSON Schema of a dozen arguments (~88 KB of run
- * request, ~80 KB of canonical JSON as the server keeps them).
+ * each with a paragraph of description and a JSON Schema of a dozen arguments (~115 KB of run
+ * request, ~119 KB of canonical JSON as the server keeps them).
  */
 import type { MessageInitShape } from "@bufbuild/protobuf"
 import type { McpToolDefinitionSchema } from "../../src/gen/agent/v1/agent_pb.js"

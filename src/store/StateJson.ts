@@ -3,7 +3,7 @@
  * their own, rewritten at each commit as one canonical JSON value.
  *
  * The turn's settings are among them, and two of their lists can be large and come back
- * unchanged turn after turn: the MCP tools, each with its JSON Schema (~130 KB for 60 tools),
+ * unchanged turn after turn: the MCP tools, each with its JSON Schema (~120 KB for 60 tools),
  * and the rules with their text. `state_json` is rewritten at every commit of a conversation,
  * so each of these lists is stored once as a content-addressed request part and `state_json`
  * names it by hash (`mcpToolsPart`, `rulesPart`); loading a conversation reads the parts back,

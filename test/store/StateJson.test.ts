@@ -17,7 +17,7 @@ const memory = withSql(":memory:")
 
 const partName = (list: unknown) => `settings:${createHash("sha256").update(canonicalJson(list)).digest("hex")}`
 
-/** Sixty MCP tools with JSON schemas of a dozen arguments: ~80 KB, as a real client's MCP servers bring. */
+/** Sixty MCP tools with JSON schemas of a dozen arguments: ~66 KB of canonical JSON, as a client with a few MCP servers sends. */
 const mcpTools = Array.from({ length: 60 }, (_, i) => ({
   name: `mcp_docs_tool_${i}`,
   description: `Tool ${i}. ${"Looks things up in the docs. ".repeat(10)}`,
