@@ -14,8 +14,14 @@ export const jsonKeyOf = (value: object): string => {
   return text
 }
 
-/** A map that keeps its `capacity` most recently used entries. */
-export const recentMap = <K, V>(capacity: number) => {
+/** A map that keeps its `capacity` most recently used entries (a read counts as a use). */
+export interface RecentMap<K, V> {
+  readonly get: (key: K) => V | undefined
+  readonly set: (key: K, value: V) => void
+  readonly size: number
+}
+
+export const recentMap = <K, V>(capacity: number): RecentMap<K, V> => {
   const entries = new Map<K, V>()
   return {
     get: (key: K): V | undefined => {

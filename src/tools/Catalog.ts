@@ -3,6 +3,7 @@
  * native tools first, then (in agent mode) the MCP tools the run request lists.
  */
 import { jsonKeyOf, recentMap } from "../internal/JsonKey.js"
+import type { RecentMap } from "../internal/JsonKey.js"
 import type { ToolDefinition } from "../Llm.js"
 import { mcpModelName } from "./Kinds.js"
 import { SWITCHABLE_MODES } from "./Kinds.js"
@@ -282,7 +283,7 @@ const NO_WEB: WebTools = { search: false, fetch: false }
 export const offers = (mode: CursorMode, kind: NativeKind): boolean => MODE_TOOLS[mode].includes(kind)
 
 /** Catalogs with MCP tools already made, by native catalog and then by the MCP tools' JSON (the last few of each). */
-const withMcps = new Map<ReadonlyArray<ToolDefinition>, ReturnType<typeof recentMap<string, ReadonlyArray<ToolDefinition>>>>()
+const withMcps = new Map<ReadonlyArray<ToolDefinition>, RecentMap<string, ReadonlyArray<ToolDefinition>>>()
 const MCP_CATALOGS_KEPT = 16
 
 /**
@@ -292,7 +293,7 @@ const MCP_CATALOGS_KEPT = 16
  * The same list object for the same tools, from call to call and turn to turn: a run request
  * brings its MCP tools afresh each turn, and a catalog is hashed (`Llm.toolsHash`), made into
  * wire JSON (`llm/Adapter.ts`) and estimated in tokens once per list object. With 60 MCP tools
- * (~130 KB) a new list per model call cost ~36 ms of server CPU per short turn (a scratch bench),
+ * (~120 KB) a new list per model call cost ~36 ms of server CPU per short turn (a scratch bench),
  * most of it the canonical JSON and SHA-256 of the list at each commit. The MCP tools' JSON is
  * made once per list object (`jsonKeyOf`): the turn's settings keep theirs from call to call.
  */
