@@ -10,7 +10,7 @@ import type { ConversationState, WaitingClient } from "../Loop.js"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
 import type { Query } from "./Tx.js"
-import { checkLlmCall, insertLlmCall, insertPart, rememberParts, updateLlmCall } from "./LlmCalls.js"
+import { checkLlmCall, insertLlmCall, insertPart, readParts, rememberParts, updateLlmCall } from "./LlmCalls.js"
 import { CorruptRow, DuplicateInput, HistoryRewritten, InvalidCommit, StoreError, TURN_STARTS_LIMIT, VersionConflict } from "./Model.js"
 import type { CommitInput, InputCommit, LoadedConversation, SegmentRecord, TurnStart } from "./Model.js"
 import { insertOperations, settleOperation } from "./Operations.js"
@@ -256,10 +256,7 @@ export const load = (env: StoreEnv) => Effect.fn("Store.load")(function*(convers
   const partNames = partHashesOf(settings)
   if (settings !== null && partNames.length > 0) {
     // Parts are immutable and never deleted, so they are read after the row's transaction.
-    const partRows = yield* sql<{ hash: string; body: string }>`
-      SELECT hash, body FROM request_parts WHERE ${sql.in("hash", partNames)}`.pipe(
-        Effect.catchTag("SqlError", (e) => Effect.fail(storeError("load")(e)))
-      )
+    const partRows = yield* readParts(sql, partNames).pipe(Effect.catchTag("SqlError", (e) => Effect.fail(storeError("load")(e))))
     settings = yield* resolveSettings(conversationId, settings, new Map(partRows.map((part) => [part.hash, part.body])))
     yield* rememberParts(env, partNames)
   }

@@ -47,6 +47,10 @@ export const checkLlmCall = (conversationId: string, next: ConversationState, ca
 export const insertPart = (q: Query, hash: string, body: string) =>
   q`INSERT INTO request_parts (hash, body) VALUES (${hash}, ${body}) ON CONFLICT (hash) DO NOTHING`
 
+/** The stored text of the named request parts (those stored; a missing one is the caller's to report). */
+export const readParts = (sql: StoreEnv["sql"], names: ReadonlyArray<string>) =>
+  sql<{ hash: string; body: string }>`SELECT hash, body FROM request_parts WHERE ${sql.in("hash", names)}`
+
 /** Inserts a planned call; the same call id planned again must name the same request. Returns the parts it wrote. */
 export const insertLlmCall = (env: StoreEnv, q: Query, call: PlannedLlmCall, now: number) =>
   Effect.gen(function*() {
@@ -174,8 +178,7 @@ export const loadLlmCall = ({ sql }: StoreEnv) => Effect.fn("Store.loadLlmCall")
     const row = rows[0]
     if (row === undefined) return Option.none()
     const partNames = [row.system_prompt_hash, row.tools_hash, ...(row.messages_part_hash === null ? [] : [row.messages_part_hash])]
-    const parts = yield* sql<{ hash: string; body: string }>`
-      SELECT hash, body FROM request_parts WHERE ${sql.in("hash", partNames)}`
+    const parts = yield* readParts(sql, partNames)
     const messageRows = row.messages_part_hash !== null ? [] : yield* sql<MessageRow>`
       SELECT seq, message_json, hash FROM messages
       WHERE conversation_id = ${row.conversation_id} AND seq >= ${row.segment_start}

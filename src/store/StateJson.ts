@@ -68,12 +68,19 @@ const decodeRules = Schema.decodeUnknownEither(Schema.Array(TurnRule))
  */
 const parts = recentMap<string, SettingsPart>(16)
 
+/** A settings part's name: its text's SHA-256, in a namespace of its own among the request parts. */
+const partNameOf = (body: string): string => `settings:${rowHash(body)}`
+
+/** Whether stored settings name parts (rows written before hold their lists inline). */
+const namesParts = (settings: SettingsWithParts | TurnSettings): settings is SettingsWithParts =>
+  "mcpToolsPart" in settings || "rulesPart" in settings
+
 const partOf = (list: ReadonlyArray<unknown>): SettingsPart => {
   const key = jsonKeyOf(list)
   let part = parts.get(key)
   if (part === undefined) {
     const body = canonicalJson(list)
-    part = { hash: `settings:${rowHash(body)}`, body }
+    part = { hash: partNameOf(body), body }
     parts.set(key, part)
   }
   return part
@@ -111,9 +118,8 @@ export const storedFormOf = (settings: TurnSettings): StoredForm => {
 
 /** The part hashes stored settings name (none for a row that holds its lists inline). */
 export const partHashesOf = (settings: SettingsWithParts | TurnSettings | null): ReadonlyArray<string> => {
-  if (settings === null || !("mcpToolsPart" in settings || "rulesPart" in settings)) return []
-  const named = settings as SettingsWithParts
-  return [named.mcpToolsPart, named.rulesPart].filter((hash): hash is string => hash !== undefined)
+  if (settings === null || !namesParts(settings)) return []
+  return [settings.mcpToolsPart, settings.rulesPart].filter((hash): hash is string => hash !== undefined)
 }
 
 /**
@@ -125,13 +131,13 @@ export const resolveSettings = (
   settings: SettingsWithParts | TurnSettings,
   bodies: ReadonlyMap<string, string>
 ): Effect.Effect<TurnSettings, CorruptRow> => {
-  if (!("mcpToolsPart" in settings || "rulesPart" in settings)) return Effect.succeed(settings)
-  const { mcpToolsPart, rulesPart, ...rest } = settings as SettingsWithParts
+  if (!namesParts(settings)) return Effect.succeed(settings)
+  const { mcpToolsPart, rulesPart, ...rest } = settings
   const read = <A>(hash: string, decode: (u: unknown) => Either.Either<A, ParseResult.ParseError>) => {
     const corrupt = (reason: string) => new CorruptRow({ conversationId, table: "request_parts", seq: null, key: hash, reason })
     const body = bodies.get(hash)
     if (body === undefined) return Either.left(corrupt("the settings name a part that is not stored"))
-    if (`settings:${rowHash(body)}` !== hash) return Either.left(corrupt("the part's text does not hash to its name"))
+    if (partNameOf(body) !== hash) return Either.left(corrupt("the part's text does not hash to its name"))
     return Either.mapLeft(decodeJson(body, decode), corrupt)
   }
   const resolved: { -readonly [K in keyof TurnSettings]: TurnSettings[K] } = rest
