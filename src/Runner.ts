@@ -92,6 +92,13 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
    */
   readonly submitTracked: (conversationId: string, input: Input, inputId: string) => Effect.Effect<Effect.Effect<void>>
   /**
+   * Like `submitTracked`, but tells it with a plain call: `applied` is called once, in the
+   * conversation's actor, when the input has been applied (or has failed), so that a caller
+   * can act on it without a fiber of its own waiting (the transport's acknowledgements,
+   * `transport/Settlement.ts`). It must not block or fail.
+   */
+  readonly submitNotifying: (conversationId: string, input: Input, inputId: string, applied: () => void) => Effect.Effect<void>
+  /**
    * The newest turn started by an input whose id begins with `inputIdPrefix` and passes
    * `accept`, and where it stands now; none when the store knows no such turn (a store failure
    * is logged and answers none too). Lets the client side tell a client that asks after a
@@ -179,7 +186,7 @@ export const make = (options: RunnerOptions) =>
           Apply: ({ applied, input, inputId }) =>
             applied === undefined
               ? step(env, actor, current, input, inputId)
-              : step(env, actor, current, input, inputId).pipe(Effect.ensuring(Deferred.succeed(applied, undefined))),
+              : step(env, actor, current, input, inputId).pipe(Effect.ensuring(Effect.sync(applied))),
           Stream: ({ callId, events }) => stepStream(env, actor, current, callId, events),
           Resume: ({ reply }) =>
             resume(env, actor, current).pipe(Effect.flatMap((outcome) => Deferred.succeed(reply, outcome)), Effect.as(current))
@@ -257,10 +264,13 @@ export const make = (options: RunnerOptions) =>
     const submit = (conversationId: string, input: Input, inputId: string) =>
       deliver(conversationId, Envelope.Apply({ input, inputId }))
 
+    const submitNotifying = (conversationId: string, input: Input, inputId: string, applied: () => void) =>
+      deliver(conversationId, Envelope.Apply({ input, inputId, applied }))
+
     const submitTracked = (conversationId: string, input: Input, inputId: string) =>
       Effect.gen(function*() {
         const applied = yield* Deferred.make<void>()
-        yield* deliver(conversationId, Envelope.Apply({ input, inputId, applied }))
+        yield* submitNotifying(conversationId, input, inputId, () => Deferred.unsafeDone(applied, Exit.void))
         return Deferred.await(applied)
       })
 
@@ -277,6 +287,7 @@ export const make = (options: RunnerOptions) =>
       submit,
       submitAndWait,
       submitTracked,
+      submitNotifying,
       findStartedTurn: findStartedTurn(env),
       currentTurn: currentTurn(env),
       historyOf: historyOf(env),

@@ -15,7 +15,8 @@ import type { TurnClock } from "./TurnLog.js"
 export type RecoveryOutcome = "reissued" | "resent" | "interrupted" | "none"
 
 export type Envelope = Data.TaggedEnum<{
-  Apply: { readonly input: Input; readonly inputId: string | null; readonly applied?: Deferred.Deferred<void> }
+  /** `applied` is called once the input has been applied (committed, found committed, or ignored) or has failed. */
+  Apply: { readonly input: Input; readonly inputId: string | null; readonly applied?: () => void }
   /** The events of one model call that arrived together. */
   Stream: { readonly callId: string; readonly events: ReadonlyArray<ResponseEvent> }
   /** Restart recovery: resume what the committed state says is in flight, then report what was done. */

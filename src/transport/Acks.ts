@@ -19,59 +19,51 @@
  * applied: the appends of a turn that is over and will never take them (its end replayed,
  * its request id reused for a new turn: `dropHeld`, and the rules of `Recovery.replayEnd`).
  */
-import { Deferred, Duration, Effect, FiberSet } from "effect"
+import { Effect } from "effect"
 import { ConnectError } from "./Connect.js"
 import type { Session, SessionEnv } from "./Session.js"
+import { awaitSettlementFor, Settlement, settleAfter } from "./Settlement.js"
 
 /**
  * An append was handed on: its acknowledgement (and any duplicate's) now waits only for the
- * commits of the inputs it carried, `durable` (none for heartbeats, KV answers, stream chunks).
+ * commits of the inputs it carried, `durable` (none for heartbeats, KV answers, stream chunks),
+ * settled by whoever commits them (`Settlement.ts`): no fiber waits for them.
  */
-export const settle = (env: SessionEnv, session: Session, seqno: number, durable: ReadonlyArray<Effect.Effect<void>>) =>
-  Effect.gen(function*() {
-    const waiting = session.unsettled.get(seqno)
-    if (durable.length === 0) {
-      if (waiting === undefined) return
-      session.unsettled.delete(seqno)
-      yield* Deferred.succeed(waiting, undefined)
-      return
-    }
-    const settled = waiting ?? (yield* Deferred.make<void>())
-    session.unsettled.set(seqno, settled)
-    // One after the other: each is a wait for a commit (`submitDurably`), so this fiber wakes
-    // once per commit still pending, where a fiber per wait would wake each, then this one to
-    // join them (every wake-up waits its turn in the run queue on a busy server).
-    yield* FiberSet.run(env.background, Effect.all(durable, { discard: true }).pipe(
-      Effect.zipRight(Deferred.succeed(settled, undefined)),
-      Effect.ensuring(Effect.sync(() => {
-        if (session.unsettled.get(seqno) === settled) session.unsettled.delete(seqno)
-      }))
-    ))
+export const settle = (session: Session, seqno: number, durable: ReadonlyArray<Settlement>): void => {
+  const waiting = session.unsettled.get(seqno)
+  if (durable.every((wait) => wait.isSettled)) {
+    if (waiting === undefined) return
+    session.unsettled.delete(seqno)
+    return waiting.settle()
+  }
+  const settled = waiting ?? new Settlement()
+  session.unsettled.set(seqno, settled)
+  settled.onSettled(() => {
+    if (session.unsettled.get(seqno) === settled) session.unsettled.delete(seqno)
   })
+  settleAfter(settled, durable)
+}
 
 /**
  * The held appends of a turn that is over (its end replayed, or its request id reused for a
  * new turn): never to be handed on, they are acknowledged, as every later append of that turn.
  */
 export const dropHeld = (session: Session) =>
-  Effect.forEach([...session.inbox.held.keys()], (seqno) => {
-    const waiting = session.unsettled.get(seqno)
-    if (waiting === undefined) return Effect.void
-    session.unsettled.delete(seqno)
-    return Deferred.succeed(waiting, undefined)
-  }, { discard: true })
+  Effect.sync(() => {
+    for (const seqno of [...session.inbox.held.keys()]) {
+      const waiting = session.unsettled.get(seqno)
+      if (waiting === undefined) continue
+      session.unsettled.delete(seqno)
+      waiting.settle()
+    }
+  })
 
 /** Waits for an append's settlement, at most `appendAckTimeoutMs`; then `unavailable`, so the client sends it again. */
-export const awaitSettled = (env: SessionEnv, session: Session, seqno: number, settled: Deferred.Deferred<void>) =>
-  Deferred.await(settled).pipe(
-    Effect.timeoutFail({
-      duration: Duration.millis(env.options.appendAckTimeoutMs),
-      onTimeout: () =>
-        new ConnectError(
-          "unavailable",
-          session.inbox.held.has(seqno)
-            ? `append_seqno ${seqno} of request ${session.requestId} waits for the appends before it (next expected ${session.inbox.next}); not applied yet, send it again`
-            : `append_seqno ${seqno} of request ${session.requestId} is not committed yet; send it again`
-        )
-    })
-  )
+export const awaitSettled = (env: SessionEnv, session: Session, seqno: number, settled: Settlement) =>
+  awaitSettlementFor(settled, env.options.appendAckTimeoutMs, () =>
+    new ConnectError(
+      "unavailable",
+      session.inbox.held.has(seqno)
+        ? `append_seqno ${seqno} of request ${session.requestId} waits for the appends before it (next expected ${session.inbox.next}); not applied yet, send it again`
+        : `append_seqno ${seqno} of request ${session.requestId} is not committed yet; send it again`
+    ))

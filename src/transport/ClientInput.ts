@@ -22,6 +22,7 @@ import { adopt, holdUnstarted, offer } from "./AppendInbox.js"
 import { ConnectError } from "./Connect.js"
 import * as Recovery from "./Recovery.js"
 import * as Resume from "./Resume.js"
+import { awaitSettlement, Settlement, settleAfter } from "./Settlement.js"
 import { conversationOf, inputIdOf, isEnded, isReplay, isUnresolved, Lifecycle, write } from "./Session.js"
 import type { Session, SessionEnv, Taken } from "./Session.js"
 import type { SessionsService } from "./Sessions.js"
@@ -63,25 +64,28 @@ export const makeInputEnv = (base: SessionEnv, runner: Context.Tag.Service<Runne
 export const handOn = (env: InputEnv, session: Session, ready: ReadonlyArray<Taken>): Effect.Effect<void> =>
   Effect.forEach(ready, (item) =>
     Effect.gen(function*() {
-      const durable: Array<Effect.Effect<void>> = []
+      const durable: Array<Settlement> = []
       yield* handle(env, session, item.seqno, item.message, durable)
-      yield* settle(env, session, item.seqno, durable)
+      settle(session, item.seqno, durable)
     }), { discard: true })
 
 /**
- * Queues the input in order now and records, in `durable`, a wait for its commit: the
- * acknowledgement waits for it outside the request's lock, so that it means the input survives
- * a crash, while the request's other messages are not held up behind it.
+ * Queues the input in order now and records, in `durable`, a wait for its commit (settled by
+ * the conversation's actor once it applied the input): the acknowledgement waits for it outside
+ * the request's lock, so that it means the input survives a crash, while the request's other
+ * messages are not held up behind it.
  */
-export const submitDurably = (env: InputEnv, durable: Array<Effect.Effect<void>>, conversationId: string, input: Input, inputId: string) =>
-  Effect.map(env.runner.submitTracked(conversationId, input, inputId), (applied) => {
+export const submitDurably = (env: InputEnv, durable: Array<Settlement>, conversationId: string, input: Input, inputId: string) =>
+  Effect.suspend(() => {
+    const applied = new Settlement()
     durable.push(applied)
+    return env.runner.submitNotifying(conversationId, input, inputId, () => applied.settle())
   })
 
-const submitToolDone = (env: InputEnv, durable: Array<Effect.Effect<void>>) => (done: ToolDone | undefined) =>
+const submitToolDone = (env: InputEnv, durable: Array<Settlement>) => (done: ToolDone | undefined) =>
   done === undefined ? Effect.void : submitDurably(env, durable, done.conversationId, Dialect.toolResultInputOf(done.message), done.inputId)
 
-const handle = (env: InputEnv, request: Session, seqno: number, message: ClientMessage, durable: Array<Effect.Effect<void>>): Effect.Effect<void> => {
+const handle = (env: InputEnv, request: Session, seqno: number, message: ClientMessage, durable: Array<Settlement>): Effect.Effect<void> => {
   const inputId = inputIdOf(request, seqno)
   // A request that resumes another's turn acts on that turn (`Resume.ts`); its input ids stay its own.
   const session = message._tag === "RunRequest" ? request : request.resumeOf ?? request
@@ -147,13 +151,13 @@ const startWork = (env: InputEnv, session: Session, todo: WorkToDo): Effect.Effe
     const result = work._tag === "Sleep" ? yield* Effect.as(Effect.sleep(work.ms), Tools.WorkResult.Slept()) : yield* env.worker.perform(work)
     const next = yield* session.lock.withPermits(1)(onWorkDone(session, todo, result))
     if (next === undefined) return
-    const committed: Array<Effect.Effect<void>> = []
+    const committed: Array<Settlement> = []
     yield* nextOf(env, session, committed)(next)
-    yield* Effect.all(committed, { discard: true })
+    yield* Effect.forEach(committed, awaitSettlement, { discard: true })
   }).pipe(Effect.catchAllCause((cause) => Effect.logError(`transport: ${session.requestId}: ${todo.run.call.name} failed on the server`, cause)))).pipe(Effect.asVoid)
 
 /** A tool machine's next step after a client's answer or the server's work: more work (off the lock), or the result to submit. */
-const nextOf = (env: InputEnv, session: Session, durable: Array<Effect.Effect<void>>) => (step: ToolDone | WorkToDo | undefined): Effect.Effect<void> =>
+const nextOf = (env: InputEnv, session: Session, durable: Array<Settlement>) => (step: ToolDone | WorkToDo | undefined): Effect.Effect<void> =>
   isWork(step) ? startWork(env, session, step) : submitToolDone(env, durable)(step)
 
 /**
@@ -201,7 +205,7 @@ const onPrewarm = (session: Session, message: Extract<ClientMessage, { _tag: "Pr
     session.conversationId = conversationId !== undefined && conversationId !== "" ? conversationId : session.requestId
   })
 
-const onRunRequest = (env: InputEnv, session: Session, seqno: number, run: RunRequest, durable: Array<Effect.Effect<void>>) =>
+const onRunRequest = (env: InputEnv, session: Session, seqno: number, run: RunRequest, durable: Array<Settlement>) =>
   Effect.gen(function*() {
     const action = run.action
     switch (action._tag) {
@@ -251,7 +255,7 @@ const onRunRequest = (env: InputEnv, session: Session, seqno: number, run: RunRe
  * The run request's acknowledgement waits for the start's commit; follow-ups and cancels that
  * arrive meanwhile wait for the start (`afterStart`).
  */
-const startAfterContext = (env: InputEnv, session: Session, seqno: number, run: RunRequest, durable: Array<Effect.Effect<void>>) =>
+const startAfterContext = (env: InputEnv, session: Session, seqno: number, run: RunRequest, durable: Array<Settlement>) =>
   Effect.gen(function*() {
     const reads: Array<readonly [string, Deferred.Deferred<Uint8Array | undefined>]> = []
     const messages: Array<AgentServerMessage> = []
@@ -264,9 +268,11 @@ const startAfterContext = (env: InputEnv, session: Session, seqno: number, run: 
       messages.push(sent.message)
     }
     yield* write(session, messages)
-    const started = yield* Deferred.make<void>()
+    const started = new Settlement()
     session.startGate = started
-    durable.push(Deferred.await(started))
+    durable.push(started)
+    // The start's commit: the gate opens once it is settled (at once when no start was submitted).
+    const committed: Array<Settlement> = []
     const timeout = Duration.millis(env.options.contextFetchTimeoutMs)
     yield* FiberSet.run(env.background, Effect.gen(function*() {
       const fetched = new Map<string, Uint8Array>()
@@ -283,12 +289,12 @@ const startAfterContext = (env: InputEnv, session: Session, seqno: number, run: 
       if (isEnded(session) || input === undefined) return
       yield* attachChild(env.sessions, session, conversationOf(session, merged.run))
       session.run = merged.run
-      const committed: Array<Effect.Effect<void>> = []
       yield* submitDurably(env, committed, conversationOf(session, merged.run), input, inputIdOf(session, seqno))
-      yield* Effect.all(committed, { discard: true })
-    }).pipe(Effect.ensuring(Effect.suspend(() => {
-      if (session.startGate === started) session.startGate = undefined
-      return Deferred.succeed(started, undefined)
+    }).pipe(Effect.ensuring(Effect.sync(() => {
+      started.onSettled(() => {
+        if (session.startGate === started) session.startGate = undefined
+      })
+      settleAfter(started, committed)
     }))))
   })
 
@@ -309,23 +315,23 @@ const pastChatsOf = (env: InputEnv, run: RunRequest) =>
 const afterStart = (
   env: InputEnv,
   session: Session,
-  durable: Array<Effect.Effect<void>>,
-  submit: (durable: Array<Effect.Effect<void>>) => Effect.Effect<void>
+  durable: Array<Settlement>,
+  submit: (durable: Array<Settlement>) => Effect.Effect<void>
 ): Effect.Effect<void> =>
   Effect.gen(function*() {
     const gate = session.startGate
     if (gate === undefined) return yield* submit(durable)
-    const done = yield* Deferred.make<void>()
+    const done = new Settlement()
     session.startGate = done
-    durable.push(Deferred.await(done))
-    yield* FiberSet.run(env.background, Deferred.await(gate).pipe(
-      Effect.zipRight(Effect.suspend(() => {
-        const waits: Array<Effect.Effect<void>> = []
-        return Effect.zipRight(submit(waits), Effect.all(waits, { discard: true }))
-      })),
-      Effect.ensuring(Effect.suspend(() => {
-        if (session.startGate === done) session.startGate = undefined
-        return Deferred.succeed(done, undefined)
+    durable.push(done)
+    const waits: Array<Settlement> = []
+    yield* FiberSet.run(env.background, awaitSettlement(gate).pipe(
+      Effect.zipRight(Effect.suspend(() => submit(waits))),
+      Effect.ensuring(Effect.sync(() => {
+        done.onSettled(() => {
+          if (session.startGate === done) session.startGate = undefined
+        })
+        settleAfter(done, waits)
       }))
     ))
   })
@@ -370,7 +376,7 @@ const takeAtOnce = (session: Session, seqno: number, message: ClientMessage, win
   const waiting = session.unsettled.get(seqno)
   if (waiting !== undefined) {
     session.unsettled.delete(seqno)
-    Deferred.unsafeDone(waiting, Exit.void)
+    waiting.settle()
   }
   return true
 }
@@ -378,7 +384,7 @@ const takeAtOnce = (session: Session, seqno: number, message: ClientMessage, win
 /** The session an incoming message is for, and the acknowledgement to wait for (none: acknowledge at once). */
 export interface Accepted {
   readonly session: Session
-  readonly settled: Deferred.Deferred<void> | undefined
+  readonly settled: Settlement | undefined
 }
 
 /**
@@ -444,7 +450,7 @@ export const accept = (env: InputEnv, requestId: string, seqno: number, message:
       session.inbox = offered.inbox
       switch (offered.verdict) {
         case "held":
-          session.unsettled.set(seqno, yield* Deferred.make<void>())
+          session.unsettled.set(seqno, new Settlement())
           break
         case "late":
           // A run request below where a recovered turn's inbox started is that turn's, re-sent (its

@@ -21,6 +21,7 @@ import type * as Tools from "../Tools.js"
 import { emptyInbox } from "./AppendInbox.js"
 import type { AppendInbox } from "./AppendInbox.js"
 import { envelope } from "./Connect.js"
+import type { Settlement } from "./Settlement.js"
 import { makeTurnChannel } from "./TurnChannel.js"
 import type { TurnChannel } from "./TurnChannel.js"
 import type { TransportOptions } from "./Options.js"
@@ -102,7 +103,7 @@ export interface Session {
    * Appends taken whose acknowledgement must wait, by seqno (held ones until handed on,
    * handed-on ones until the inputs they carry are committed): see `Acks.ts`.
    */
-  readonly unsettled: Map<number, Deferred.Deferred<void>>
+  readonly unsettled: Map<number, Settlement>
   correlation: Dialect.TurnCorrelation
   conversationId: string | undefined
   run: RunRequest | undefined
@@ -141,7 +142,7 @@ export interface Session {
    * Set while the run request's context parts are read back, before its turn starts: follow-ups
    * and cancels that arrive meanwhile run after the start, in order.
    */
-  startGate: Deferred.Deferred<void> | undefined
+  startGate: Settlement | undefined
   /** The client's input has ended (a `Run` stream half-closed): no answer to a KV request can come any more. */
   inputEnded: boolean
   /** Serializes this request's client messages: the inbox and what it hands on. */

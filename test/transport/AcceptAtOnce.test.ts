@@ -11,6 +11,7 @@ import { acceptAtOnce } from "../../src/transport/ClientInput.js"
 import type { InputEnv } from "../../src/transport/ClientInput.js"
 import { defaultTransportOptions } from "../../src/transport/Options.js"
 import { Lifecycle, makeSession } from "../../src/transport/Session.js"
+import { Settlement } from "../../src/transport/Settlement.js"
 import type { Session } from "../../src/transport/Session.js"
 
 /** What `acceptAtOnce` reads of the env: the session registry and the append window. */
@@ -35,10 +36,10 @@ describe("acceptAtOnce", () => {
       assert.isTrue(yield* acceptAtOnce(env, "req-1", 0, heartbeat))
       assert.strictEqual(session.inbox.next, 1)
       // A copy of seqno 1 waits on its settlement (as `accept` records for a duplicate of a held append).
-      const waiting = yield* Deferred.make<void>()
+      const waiting = new Settlement()
       session.unsettled.set(1, waiting)
       assert.isTrue(yield* acceptAtOnce(env, "req-1", 1, ClientMessage.ExecHeartbeat({ id: 3 })))
-      assert.isTrue(yield* Deferred.isDone(waiting))
+      assert.isTrue(waiting.isSettled)
       assert.isFalse(session.unsettled.has(1))
       assert.strictEqual(session.inbox.next, 2)
       assert.strictEqual((yield* atOnceCount) - before, 2)
