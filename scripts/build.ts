@@ -1,6 +1,7 @@
 /**
- * The server bundle `npm start` runs (`npm run build`: `src/main.ts` -> `dist/main.js`), and the
- * benchmarks' children (`bench/support/child.ts`) the same way.
+ * The server bundle `npm start` runs (`npm run build`: `src/main.ts` -> `dist/main.bundle.cjs`,
+ * started by `dist/main.js`, the entry `src/Boot.ts` makes), and the benchmarks' children
+ * (`bench/support/child.ts`) the same way.
  *
  * Everything but the native SQLite binding goes into one file, tree-shaken and with its
  * whitespace and syntax minified (names are kept, for logs and stack traces). Loaded module by
@@ -16,13 +17,18 @@
  * and line; a frame in a dependency keeps its position in the bundle (its run of code is marked
  * unmapped, so it is never attributed to the nearest line of ours).
  *
+ * The bundle is CommonJS, so that `src/Boot.ts` can compile it with a V8 code cache (Node 20
+ * offers one only to `vm.Script`): the entry `<outfile>` loads `<name>.bundle.cjs` beside it.
+ * `import.meta.url` in the bundle is the bundle's own URL.
+ *
  *   node_modules/.bin/tsx scripts/build.ts [entry outfile]
  */
 import { decode, encode } from "@jridgewell/sourcemap-codec"
 import type { SourceMapLine, SourceMapSegment } from "@jridgewell/sourcemap-codec"
 import * as esbuild from "esbuild"
-import { readFileSync, writeFileSync } from "node:fs"
-import { dirname, resolve, sep } from "node:path"
+import { spawnSync } from "node:child_process"
+import { readFileSync, rmSync, writeFileSync } from "node:fs"
+import { basename, dirname, resolve, sep } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 
 /** The repository's root. */
@@ -84,14 +90,21 @@ export const asciiOnly = (source: string, name: string): void => {
   )
 }
 
-/** Bundles `entry` into `outfile` (an ES module for Node) with the reduced source map beside it. */
+/** The bundle the entry `outfile` loads (`dist/main.js` -> `dist/main.bundle.cjs`). */
+export const bundleFileOf = (outfile: string): string => `${outfile.replace(/\.m?js$/, "")}.bundle.cjs`
+
+/**
+ * Bundles `entry` into `<outfile>.bundle.cjs` (CommonJS) with the reduced source map beside it,
+ * and writes `outfile`, the ES module that boots it (`src/Boot.ts`).
+ */
 export const buildBundle = async (entry: string, outfile: string): Promise<void> => {
+  const bundleFile = bundleFileOf(outfile)
   await esbuild.build({
     entryPoints: [entry],
-    outfile,
+    outfile: bundleFile,
     bundle: true,
     platform: "node",
-    format: "esm",
+    format: "cjs",
     target: "node20",
     // ES module builds first: a UMD build (jsonc-parser's) requires its own files at run time.
     mainFields: ["module", "main"],
@@ -101,26 +114,61 @@ export const buildBundle = async (entry: string, outfile: string): Promise<void>
     minifySyntax: true,
     sourcemap: true,
     sourcesContent: false,
-    // The packages' license comments go to `<outfile>.LEGAL.txt` (one of them is not ASCII, below).
+    // The packages' license comments go to `<bundle>.LEGAL.txt` (one of them is not ASCII, below).
     legalComments: "external",
     logLevel: "warning",
-    // The CommonJS packages in the bundle `require` Node's modules.
-    banner: { js: "import { createRequire as __bundleRequire } from 'node:module'; const require = __bundleRequire(import.meta.url);" }
+    // ES modules are strict: so is the bundle made of them (the first statement of its wrapper's body).
+    banner: { js: "\"use strict\";const __bundleUrl=require(\"node:url\").pathToFileURL(__filename).href;" },
+    define: { "import.meta.url": "__bundleUrl" }
   })
-  asciiOnly(readFileSync(outfile, "utf8"), outfile)
-  const mapFile = `${outfile}.map`
+  asciiOnly(readFileSync(bundleFile, "utf8"), bundleFile)
+  await esbuild.build({
+    stdin: {
+      contents: `import { boot } from ${JSON.stringify(resolve(repoRoot, "src/Boot.ts"))}\nboot(${JSON.stringify(`./${basename(bundleFile)}`)}, import.meta.url)\n`,
+      resolveDir: repoRoot,
+      loader: "ts"
+    },
+    outfile,
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    minifyWhitespace: true,
+    minifySyntax: true,
+    logLevel: "warning"
+  })
+  // What an ES module bundle left beside its entry (before the bundle was CommonJS).
+  for (const stale of [`${outfile}.map`, `${outfile}.LEGAL.txt`]) rmSync(stale, { force: true })
+  const mapFile = `${bundleFile}.map`
   const own = [resolve(repoRoot, "src") + sep, resolve(repoRoot, "bench") + sep, resolve(repoRoot, "test") + sep]
   const map = JSON.parse(readFileSync(mapFile, "utf8")) as SourceMapJson
   const reduced = keepOwnMappings(map, (source) => {
-    const path = resolve(dirname(outfile), source)
+    const path = resolve(dirname(bundleFile), source)
     return own.some((root) => path.startsWith(root))
   })
   writeFileSync(mapFile, JSON.stringify(reduced))
 }
 
+/** The Node flags `npm start` runs the bundle with (package.json `config.nodeFlags`). */
+export const startFlags = (root: string = repoRoot): Array<string> => {
+  const flags = (JSON.parse(readFileSync(resolve(root, "package.json"), "utf8")) as { config?: { nodeFlags?: string } }).config?.nodeFlags ?? ""
+  return flags.split(/\s+/).filter((flag) => flag !== "")
+}
+
+/**
+ * Writes the code cache of the bundle the entry `outfile` loads for a process started with
+ * `flags` (`src/Boot.ts`: V8 takes a cache only under the flags it was made with), without
+ * running the program. Best effort: a start without a cache writes its own.
+ */
+export const primeCodeCache = (outfile: string, flags: ReadonlyArray<string>): boolean =>
+  spawnSync(process.execPath, [...flags, outfile], { env: { ...process.env, BYOK_PRIME_CODE_CACHE: "1" }, stdio: "ignore" }).status === 0
+
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const [entry = resolve(repoRoot, "src/main.ts"), outfile = resolve(repoRoot, "dist/main.js")] = process.argv.slice(2)
-  buildBundle(entry, outfile).catch((error) => {
+  buildBundle(entry, outfile).then(() => {
+    // `npm start`'s first start then runs from the cache too.
+    primeCodeCache(outfile, startFlags())
+  }).catch((error) => {
     console.error(error)
     process.exitCode = 1
   })

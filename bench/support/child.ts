@@ -9,6 +9,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
+import { primeCodeCache } from "../../scripts/build.js"
 import { startFlags } from "../../test/support/ChildServer.js"
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -73,6 +74,8 @@ const bundle = (script: string): string => {
   const out = join(dir, script.replace(/\.ts$/, ".mjs"))
   // As `npm run build` bundles the server (`scripts/build.ts`).
   execFileSync(join(repoRoot, "node_modules", ".bin", "tsx"), [join(repoRoot, "scripts", "build.ts"), join(here, script), out], { cwd: repoRoot, stdio: "inherit" })
+  // Its code cache for the flags the children run with (`launch`), as `npm run build` primes `npm start`'s.
+  primeCodeCache(out, ["--expose-gc", ...startFlags(repoRoot)])
   bundled.set(script, out)
   return out
 }

@@ -4,7 +4,7 @@ import { execFileSync, spawnSync } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { asciiOnly, buildBundle, keepOwnMappings, repoRoot } from "../../scripts/build.js"
+import { asciiOnly, buildBundle, bundleFileOf, keepOwnMappings, repoRoot } from "../../scripts/build.js"
 
 describe("the server bundle (scripts/build.ts)", () => {
   it("keeps one mapping per line of our sources, marks a dependency's code unmapped, and drops the sources nothing maps to", () => {
@@ -32,7 +32,7 @@ describe("the server bundle (scripts/build.ts)", () => {
     try {
       const out = join(dir, "throws.mjs")
       await buildBundle(join(repoRoot, "test/fixtures/bundle/throws.ts"), out)
-      const map = JSON.parse(readFileSync(`${out}.map`, "utf8")) as { sources: Array<string> }
+      const map = JSON.parse(readFileSync(`${bundleFileOf(out)}.map`, "utf8")) as { sources: Array<string> }
       assert.deepStrictEqual(map.sources.map((source) => source.replace(/^.*\/test\//, "test/")), ["test/fixtures/bundle/throws.ts"])
       const run = spawnSync(process.execPath, ["--enable-source-maps", out], { encoding: "utf8" })
       assert.notStrictEqual(run.status, 0)
@@ -40,7 +40,7 @@ describe("the server bundle (scripts/build.ts)", () => {
       assert.include(run.stderr, "thrown from our own line")
       assert.match(frames[0] ?? "", /test\/fixtures\/bundle\/throws\.ts:5:/)
       // Effect's run loop is in the bundle too: its frames point into the bundle, never at our file.
-      const outside = frames.filter((frame) => frame.includes("throws.mjs:"))
+      const outside = frames.filter((frame) => frame.includes("throws.bundle.cjs:"))
       assert.isAbove(outside.length, 0)
       assert.strictEqual(frames.filter((frame) => frame.includes("throws.ts:")).length, frames.length - outside.length - frames.filter((f) => f.includes("node:")).length)
     } finally {
@@ -49,16 +49,16 @@ describe("the server bundle (scripts/build.ts)", () => {
   })
 
   it("the server's bundle (built by the suite's setup) carries its packages but the native SQLite binding, and starts", () => {
-    const bundle = readFileSync(join(repoRoot, "dist/main.js"), "utf8")
-    assert.include(bundle, `from"better-sqlite3"`)
+    const bundle = readFileSync(join(repoRoot, "dist/main.bundle.cjs"), "utf8")
+    assert.include(bundle, `require("better-sqlite3")`)
     for (const dependency of ["effect", "@effect/platform", "@effect/sql-sqlite-node", "@bufbuild/protobuf", "undici", "jsonc-parser"]) {
-      assert.notMatch(bundle, new RegExp(`from"${dependency}[/"]`), dependency)
+      assert.notMatch(bundle, new RegExp(`require\\("${dependency}[/"]`), dependency)
     }
     const help = execFileSync(process.execPath, ["--enable-source-maps", join(repoRoot, "dist/main.js"), "--help"], { encoding: "utf8" })
     assert.include(help, "cursor-byok")
     // One byte a character in memory (V8 keeps the source): nothing outside ASCII, the packages' license comments beside it.
     assert.notMatch(bundle, /[^\x00-\x7f]/)
-    assert.include(readFileSync(join(repoRoot, "dist/main.js.LEGAL.txt"), "utf8"), "MIT")
+    assert.include(readFileSync(join(repoRoot, "dist/main.bundle.cjs.LEGAL.txt"), "utf8"), "MIT")
   })
 
   it("refuses a bundle with a character outside ASCII, naming where it is", () => {

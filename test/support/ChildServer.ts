@@ -19,7 +19,8 @@
  * Plain Promises (no test framework); `make` wraps it for scoped Effect tests.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { startFlags as buildStartFlags } from "../../scripts/build.js"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import { tmpdir } from "node:os"
@@ -75,10 +76,7 @@ export interface ChildServer {
 }
 
 /** The Node flags `npm start` runs the bundle with (package.json `config.nodeFlags`). */
-export const startFlags = (root: string): Array<string> => {
-  const flags = (JSON.parse(readFileSync(resolve(root, "package.json"), "utf8")) as { config?: { nodeFlags?: string } }).config?.nodeFlags ?? ""
-  return flags.split(/\s+/).filter((flag) => flag !== "")
-}
+export const startFlags = (root: string): Array<string> => buildStartFlags(root)
 
 /** A port that was free a moment ago: bind 127.0.0.1:0, read the port, close. */
 export const freePort = (): Promise<number> =>
