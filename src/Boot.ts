@@ -45,6 +45,9 @@ export const cacheFileOf = (bundle: string, source: string): string => {
   return join(dirname(bundle), `${basename(bundle)}.${sha256(source).toString("hex").slice(0, 24)}.${runtime}.v8cache`)
 }
 
+/** A cache file's name: `<bundle>.<build>.<runtime>.v8cache` (`cacheFileOf`). */
+const CACHE_NAME = /^(.*)\.([0-9a-f]+)\.[0-9a-f]+\.v8cache$/
+
 /** The cache in `file` when it is there and whole (its first 32 bytes are the SHA-256 of the rest). */
 export const readCache = (file: string): Buffer | undefined => {
   let bytes: Buffer
@@ -75,10 +78,10 @@ export const writeCache = (file: string, data: Uint8Array): boolean => {
     }
     return false
   }
-  const [, bundle, build] = /^(.*)\.([0-9a-f]+)\.[0-9a-f]+\.v8cache$/.exec(basename(file)) ?? []
+  const [, bundle, build] = CACHE_NAME.exec(basename(file)) ?? []
   if (bundle === undefined) return true
   for (const name of readdirSync(dirname(file))) {
-    const other = /^(.*)\.([0-9a-f]+)\.[0-9a-f]+\.v8cache$/.exec(name)
+    const other = CACHE_NAME.exec(name)
     if (other !== null && other[1] === bundle && other[2] !== build) rmSync(join(dirname(file), name), { force: true })
   }
   return true

@@ -81,21 +81,11 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
    */
   readonly submit: (conversationId: string, input: Input, inputId: string) => Effect.Effect<void>
   /**
-   * Like `submit`, but completes only once the input has been applied (committed, found
-   * already committed, or ignored), so the caller can acknowledge it as durable. Never call it
-   * from inside the conversation's own processing (a gateway callback): that would wait on itself.
-   */
-  readonly submitAndWait: (conversationId: string, input: Input, inputId: string) => Effect.Effect<void>
-  /**
-   * Queues the input now (so inputs keep the order they were submitted in) and returns an
-   * effect that waits until it has been applied: the caller can wait outside its own locks.
-   */
-  readonly submitTracked: (conversationId: string, input: Input, inputId: string) => Effect.Effect<Effect.Effect<void>>
-  /**
-   * Like `submitTracked`, but tells it with a plain call: `applied` is called once, in the
-   * conversation's actor, when the input has been applied (or has failed), so that a caller
-   * can act on it without a fiber of its own waiting (the transport's acknowledgements,
-   * `transport/Settlement.ts`). It must not block or fail.
+   * Queues the input now (so inputs keep the order they were submitted in) and calls `applied`
+   * once, in the conversation's actor, when it has been applied (committed, found already
+   * committed, or ignored) or has failed: the caller can acknowledge it as durable without a
+   * fiber of its own waiting (the transport's acknowledgements, `transport/Settlement.ts`).
+   * `applied` must not block or fail.
    */
   readonly submitNotifying: (conversationId: string, input: Input, inputId: string, applied: () => void) => Effect.Effect<void>
   /**
@@ -267,16 +257,6 @@ export const make = (options: RunnerOptions) =>
     const submitNotifying = (conversationId: string, input: Input, inputId: string, applied: () => void) =>
       deliver(conversationId, Envelope.Apply({ input, inputId, applied }))
 
-    const submitTracked = (conversationId: string, input: Input, inputId: string) =>
-      Effect.gen(function*() {
-        const applied = yield* Deferred.make<void>()
-        yield* submitNotifying(conversationId, input, inputId, () => Deferred.unsafeDone(applied, Exit.void))
-        return Deferred.await(applied)
-      })
-
-    const submitAndWait = (conversationId: string, input: Input, inputId: string) =>
-      Effect.flatten(submitTracked(conversationId, input, inputId))
-
     const awaitIdle = (conversationId: string): Effect.Effect<void> =>
       Effect.suspend(() => {
         const actor = actors.get(conversationId)
@@ -285,8 +265,6 @@ export const make = (options: RunnerOptions) =>
 
     return Runner.of({
       submit,
-      submitAndWait,
-      submitTracked,
       submitNotifying,
       findStartedTurn: findStartedTurn(env),
       currentTurn: currentTurn(env),

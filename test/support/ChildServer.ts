@@ -19,7 +19,7 @@
  * Plain Promises (no test framework); `make` wraps it for scoped Effect tests.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { startFlags as buildStartFlags } from "../../scripts/build.js"
+import { startFlags } from "../../scripts/build.js"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import * as Http from "node:http"
 import * as Net from "node:net"
@@ -75,8 +75,7 @@ export interface ChildServer {
   readonly close: () => Promise<void>
 }
 
-/** The Node flags `npm start` runs the bundle with (package.json `config.nodeFlags`). */
-export const startFlags = (root: string): Array<string> => buildStartFlags(root)
+export { startFlags }
 
 /** A port that was free a moment ago: bind 127.0.0.1:0, read the port, close. */
 export const freePort = (): Promise<number> =>
