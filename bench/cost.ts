@@ -16,6 +16,9 @@
  *   − streams × CPU per turn) / deltas.
  * - an unpaced delta: 4 turns of 5,000 deltas written back to back, so that a read carries
  *   hundreds of deltas (the throughput bench's shape).
+ * - the same turn and paced delta on the HTTP/2 `Run` wire (h2c), the turns' streams on one
+ *   session kept from round to round (as Cursor keeps its own): a turn's appends (its run
+ *   request, its blob acknowledgements) are messages on its stream, not requests.
  *
  *   node_modules/.bin/tsx bench/cost.ts [runs]
  */
@@ -24,6 +27,8 @@ import { startServer } from "./support/child.js"
 import * as Provider from "./support/provider.js"
 import { loadAverage, median, spread } from "./support/stats.js"
 import { CursorClient } from "../test/support/CursorClient.js"
+import { openRunSession, runStream } from "./support/run.js"
+import type { RunSession } from "./support/run.js"
 import { concurrently, serverStream } from "./support/streams.js"
 
 export interface CostOptions {
@@ -52,13 +57,26 @@ export const run = async (options: CostOptions = {}) => {
     provider.reset()
     return { cpuMs: (server.cpuSeconds() - cpuStart) * 1000, deltas: results.reduce((n, r) => n + r.deltas, 0) }
   }
+  let runSession: RunSession | undefined
+  const roundRun = async (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number) => {
+    const cpuStart = server.cpuSeconds()
+    const results = await concurrently(count, staggerMs, () =>
+      runStream(server.h2cUrl, provider, { id: `c${sequence++}`, deltas, minMs, maxMs }, { session: runSession!, timeoutMs: 120_000 }))
+    problems.push(...results.flatMap((r) => r.problems))
+    provider.reset()
+    return { cpuMs: (server.cpuSeconds() - cpuStart) * 1000, deltas: results.reduce((n, r) => n + r.deltas, 0) }
+  }
   const perTurn: Array<number> = []
   const perTurnKept: Array<number> = []
   const perPaced: Array<number> = []
   const perUnpaced: Array<number> = []
+  const perTurnRun: Array<number> = []
+  const perPacedRun: Array<number> = []
   try {
+    runSession = await openRunSession(server.h2cUrl)
     await round(turns, 3, 0, 0, 100)
     await round(turns, 3, 0, 0, 100, kept)
+    await roundRun(turns, 3, 0, 0, 100)
     for (let r = 0; r < runs; r++) {
       const turn = (await round(turns, 3, 0, 0, 100)).cpuMs / turns
       perTurn.push(turn)
@@ -67,8 +85,13 @@ export const run = async (options: CostOptions = {}) => {
       perPaced.push(((paced.cpuMs - streams * turn) * 1000) / paced.deltas)
       const unpaced = await round(4, 5_000, 0, 0, 0)
       perUnpaced.push(((unpaced.cpuMs - 4 * turn) * 1000) / unpaced.deltas)
+      const turnRun = (await roundRun(turns, 3, 0, 0, 100)).cpuMs / turns
+      perTurnRun.push(turnRun)
+      const pacedRun = await roundRun(streams, pacedDeltas, 5, 20, 100)
+      perPacedRun.push(((pacedRun.cpuMs - streams * turnRun) * 1000) / pacedRun.deltas)
     }
   } finally {
+    await runSession?.close()
     kept.forEach((client) => client.close())
     await server.dispose()
     await provider.close()
@@ -84,11 +107,13 @@ export const run = async (options: CostOptions = {}) => {
     `| the same, from clients that keep their connections between turns (as Cursor does) | ${spread(perTurnKept, 1)} ms |`,
     `| one delta, paced 5–20 ms (about one delta per network read; ${streams} streams) | ${spread(perPaced, 0)} µs |`,
     `| one delta, unpaced (hundreds per network read; 4 streams × 5,000) | ${spread(perUnpaced, 0)} µs |`,
+    `| one short turn on \`Run\` (HTTP/2, ${turns} at once on one kept session) | ${spread(perTurnRun, 1)} ms |`,
+    `| one delta on \`Run\`, paced 5–20 ms (${streams} streams) | ${spread(perPacedRun, 0)} µs |`,
     "",
     `At ${pacedUs.toFixed(0)} µs per paced delta one core carries about ${Math.round(1e6 / pacedUs / 1000 * 10) / 10}k paced deltas/s; 200 streams at 5–20 ms ask for about 16k/s.`,
     ...(problems.length > 0 ? [`\n${problems.length} problems, e.g. ${problems.slice(0, 3).join("; ")}`] : [])
   ].join("\n")
-  return { perTurn, perTurnKept, perPaced, perUnpaced, markdown }
+  return { perTurn, perTurnKept, perPaced, perUnpaced, perTurnRun, perPacedRun, markdown }
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -37,6 +37,10 @@ export interface Child {
   readonly profileStart: (intervalUs?: number) => Promise<void>
   /** Stops it and writes the `.cpuprofile` to `path`. */
   readonly profileStop: (path: string) => Promise<void>
+  /** Starts V8's sampling heap profiler in the child (a sample every ~`intervalBytes` allocated, collected objects included). */
+  readonly heapStart: (intervalBytes?: number) => Promise<void>
+  /** Stops it and writes the `.heapprofile` to `path`. */
+  readonly heapStop: (path: string) => Promise<void>
   /** Asks the child to exit (normal exit, so a CPU profile is written); kills it after 5 s. */
   readonly stop: () => Promise<void>
 }
@@ -137,6 +141,8 @@ const launch = (script: string, options: ChildOptions): Promise<Child> =>
         gc: () => ask({ op: "gc" }).then((answer) => answer["memory"] as NodeJS.MemoryUsage),
         profileStart: (intervalUs = 200) => ask({ op: "profile-start", intervalUs }).then(() => undefined),
         profileStop: (path) => ask({ op: "profile-stop", path }).then(() => undefined),
+        heapStart: (intervalBytes = 4096) => ask({ op: "heap-start", intervalBytes }).then(() => undefined),
+        heapStop: (path) => ask({ op: "heap-stop", path }).then(() => undefined),
         rss: () => {
           const status = readFileSync(`/proc/${pid}/status`, "utf8")
           const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? Number.NaN) * 1024

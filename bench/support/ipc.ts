@@ -6,6 +6,8 @@
  * - `{ op: "profile-start" }` / `{ op: "profile-stop", path }` run the V8 CPU profiler through
  *   `node:inspector` (so a profile covers only the measured load, not startup) and write the
  *   `.cpuprofile` to `path`;
+ * - `{ op: "heap-start" }` / `{ op: "heap-stop", path }` run V8's sampling heap profiler (every
+ *   ~`intervalBytes` allocated, objects collected since included) and write the `.heapprofile`;
  * - `{ op: "exit" }` exits normally.
  * The child exits when its parent goes away.
  */
@@ -43,6 +45,7 @@ interface Request {
   readonly id?: number
   readonly path?: string
   readonly intervalUs?: number
+  readonly intervalBytes?: number
 }
 
 export const installDebugHook = (): void => {
@@ -72,6 +75,24 @@ export const installDebugHook = (): void => {
         if (session === undefined) return reply(message.id, { error: "no profile running" })
         session.post("Profiler.stop", (error, result) => {
           if (error === null) mapPositions(result.profile as unknown as { nodes: Array<{ callFrame: CallFrame }> })
+          if (error === null && message.path !== undefined) writeFileSync(message.path, JSON.stringify(result.profile))
+          session?.disconnect()
+          session = undefined
+          reply(message.id, { written: error === null })
+        })
+        return
+      }
+      case "heap-start": {
+        session = new Session()
+        session.connect()
+        // Objects a GC collected stay in the profile: it counts what was allocated, not what is kept.
+        session.post("HeapProfiler.startSampling", { samplingInterval: message.intervalBytes ?? 4096, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true }, () =>
+          reply(message.id, { started: true }))
+        return
+      }
+      case "heap-stop": {
+        if (session === undefined) return reply(message.id, { error: "no profile running" })
+        session.post("HeapProfiler.stopSampling", (error, result) => {
           if (error === null && message.path !== undefined) writeFileSync(message.path, JSON.stringify(result.profile))
           session?.disconnect()
           session = undefined
