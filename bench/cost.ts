@@ -16,20 +16,25 @@
  *   − streams × CPU per turn) / deltas.
  * - an unpaced delta: 4 turns of 5,000 deltas written back to back, so that a read carries
  *   hundreds of deltas (the throughput bench's shape).
+ * - the floor: the same paced delta through the relay (`support/relay.ts`, a bare `node:http`
+ *   pass-through of the provider's SSE bytes, in a child of its own, its keep-alive agent kept):
+ *   (round CPU − streams × CPU per 3-delta request) / deltas, as the server's.
  * - the same turn and paced delta on the HTTP/2 `Run` wire (h2c), the turns' streams on one
  *   session kept from round to round (as Cursor keeps its own): a turn's appends (its run
  *   request, its blob acknowledgements) are messages on its stream, not requests.
  *
  *   node_modules/.bin/tsx bench/cost.ts [runs]
  */
+import * as http from "node:http"
 import { pathToFileURL } from "node:url"
-import { startServer } from "./support/child.js"
+import { startRelay, startServer } from "./support/child.js"
+import type { Child } from "./support/child.js"
 import * as Provider from "./support/provider.js"
 import { loadAverage, median, spread } from "./support/stats.js"
 import { CursorClient } from "../test/support/CursorClient.js"
 import { openRunSession, runStream } from "./support/run.js"
 import type { RunSession } from "./support/run.js"
-import { concurrently, serverStream } from "./support/streams.js"
+import { concurrently, relayStream, serverStream } from "./support/streams.js"
 
 export interface CostOptions {
   readonly runs?: number
@@ -57,6 +62,15 @@ export const run = async (options: CostOptions = {}) => {
     provider.reset()
     return { cpuMs: (server.cpuSeconds() - cpuStart) * 1000, deltas: results.reduce((n, r) => n + r.deltas, 0) }
   }
+  let relay: Child | undefined
+  const relayAgent = new http.Agent({ keepAlive: true, maxSockets: Infinity })
+  const roundRelay = async (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number) => {
+    const cpuStart = relay!.cpuSeconds()
+    const results = await concurrently(count, staggerMs, () => relayStream(relay!.baseUrl, provider, { id: `c${sequence++}`, deltas, minMs, maxMs }, relayAgent))
+    problems.push(...results.flatMap((r) => r.problems))
+    provider.reset()
+    return { cpuMs: (relay!.cpuSeconds() - cpuStart) * 1000, deltas: results.reduce((n, r) => n + r.deltas, 0) }
+  }
   let runSession: RunSession | undefined
   const roundRun = async (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number) => {
     const cpuStart = server.cpuSeconds()
@@ -72,8 +86,11 @@ export const run = async (options: CostOptions = {}) => {
   const perUnpaced: Array<number> = []
   const perTurnRun: Array<number> = []
   const perPacedRun: Array<number> = []
+  const perPacedRelay: Array<number> = []
   try {
     runSession = await openRunSession(server.h2cUrl)
+    relay = await startRelay(provider.baseUrl)
+    await roundRelay(turns, 3, 0, 0, 100)
     await round(turns, 3, 0, 0, 100)
     await round(turns, 3, 0, 0, 100, kept)
     await roundRun(turns, 3, 0, 0, 100)
@@ -89,8 +106,13 @@ export const run = async (options: CostOptions = {}) => {
       perTurnRun.push(turnRun)
       const pacedRun = await roundRun(streams, pacedDeltas, 5, 20, 100)
       perPacedRun.push(((pacedRun.cpuMs - streams * turnRun) * 1000) / pacedRun.deltas)
+      const relayRequest = (await roundRelay(turns, 3, 0, 0, 100)).cpuMs / turns
+      const pacedRelay = await roundRelay(streams, pacedDeltas, 5, 20, 100)
+      perPacedRelay.push(((pacedRelay.cpuMs - streams * relayRequest) * 1000) / pacedRelay.deltas)
     }
   } finally {
+    await relay?.stop()
+    relayAgent.destroy()
     await runSession?.close()
     kept.forEach((client) => client.close())
     await server.dispose()
@@ -107,13 +129,14 @@ export const run = async (options: CostOptions = {}) => {
     `| the same, from clients that keep their connections between turns (as Cursor does) | ${spread(perTurnKept, 1)} ms |`,
     `| one delta, paced 5–20 ms (about one delta per network read; ${streams} streams) | ${spread(perPaced, 0)} µs |`,
     `| one delta, unpaced (hundreds per network read; 4 streams × 5,000) | ${spread(perUnpaced, 0)} µs |`,
+    `| the floor: one paced delta through the relay (a bare \`node:http\` pass-through, ${streams} streams) | ${spread(perPacedRelay, 0)} µs |`,
     `| one short turn on \`Run\` (HTTP/2, ${turns} at once on one kept session) | ${spread(perTurnRun, 1)} ms |`,
     `| one delta on \`Run\`, paced 5–20 ms (${streams} streams) | ${spread(perPacedRun, 0)} µs |`,
     "",
     `At ${pacedUs.toFixed(0)} µs per paced delta one core carries about ${Math.round(1e6 / pacedUs / 1000 * 10) / 10}k paced deltas/s; 200 streams at 5–20 ms ask for about 16k/s.`,
     ...(problems.length > 0 ? [`\n${problems.length} problems, e.g. ${problems.slice(0, 3).join("; ")}`] : [])
   ].join("\n")
-  return { perTurn, perTurnKept, perPaced, perUnpaced, perTurnRun, perPacedRun, markdown }
+  return { perTurn, perTurnKept, perPaced, perUnpaced, perTurnRun, perPacedRun, perPacedRelay, markdown }
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { performance } from "node:perf_hooks"
-import { SlicedScheduler, URGENT } from "../src/internal/Scheduler.js"
+import { SlicedScheduler, STREAM_MAX_WAIT_MS, URGENT } from "../src/internal/Scheduler.js"
 
 /** Keeps the CPU busy for `ms` (a task that takes longer than a slice). */
 const busy = (ms: number) => {
@@ -32,6 +32,35 @@ describe("SlicedScheduler", () => {
       scheduler.queueNormal(() => done())
     })
     assert.deepStrictEqual(ran, ["u1", "u2", "n1", "n2", "u3", "wake", "n3", "n4"])
+    assert.strictEqual(scheduler.pending, 0)
+  })
+
+  it("runs the streams' reads after the urgent tasks and before the normal ones, and a read that waited too long first", async () => {
+    const scheduler = new SlicedScheduler(50)
+    const fiber = {} as Fiber.RuntimeFiber<unknown, unknown>
+    const ran: Array<string> = []
+    await new Promise<void>((done) => {
+      // Queued from a drain, so that none runs in a microtask of its own.
+      scheduler.queueNormal(() => {
+        scheduler.queueNormal(() => ran.push("n1"))
+        scheduler.queueStream(() => ran.push("s1"))
+        scheduler.scheduleTask(() => ran.push("u1"), URGENT, fiber)
+        scheduler.queueStream(() => ran.push("s2"))
+        scheduler.scheduleTask(() => ran.push("u2"), URGENT, fiber)
+        scheduler.queueNormal(() => {
+          // A read queued now waits behind the urgent task that runs first, and then goes ahead
+          // of the next one: it waited longer than STREAM_MAX_WAIT_MS.
+          scheduler.queueStream(() => ran.push("s3"))
+          scheduler.scheduleTask(() => {
+            busy(STREAM_MAX_WAIT_MS + 1)
+            ran.push("u3")
+          }, URGENT, fiber)
+          scheduler.scheduleTask(() => ran.push("u4"), URGENT, fiber)
+          scheduler.queueNormal(done)
+        })
+      })
+    })
+    assert.deepStrictEqual(ran, ["u1", "u2", "s1", "s2", "n1", "u3", "s3", "u4"])
     assert.strictEqual(scheduler.pending, 0)
   })
 

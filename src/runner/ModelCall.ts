@@ -71,7 +71,8 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
      * (`stepInline`); the rest goes to the actor's mailbox, in order after it (through
      * `deliver` should this actor have ended). On the server's scheduler
      * (`internal/Scheduler.ts`), while tasks wait for a later slice, a read is not applied in
-     * its callback: it queues as a task behind them.
+     * its callback: it queues in the streams' lane, behind the urgent tasks and ahead of the
+     * normal ones.
      */
     let batch: Array<ResponseEvent> | undefined
     let wroteThisIteration = false
@@ -110,10 +111,11 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
       }
       wroteThisIteration = true
       if (sliced !== undefined && sliced.backlogged) {
-        // The process is behind: the read's events queue behind the work before them, so this
-        // poll phase stays short (new connections are accepted one per event-loop iteration).
+        // The process is behind: the read's events queue for the check phase, so this poll
+        // phase stays short (new connections are accepted one per event-loop iteration), in the
+        // streams' lane: behind what a client waits on, ahead of turn starts.
         batch = events.slice()
-        sliced.queueNormal(flush)
+        sliced.queueStream(flush)
         return
       }
       setImmediate(flush)
