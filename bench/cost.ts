@@ -35,6 +35,7 @@ import { CursorClient } from "../test/support/CursorClient.js"
 import { openRunSession, runStream } from "./support/run.js"
 import type { RunSession } from "./support/run.js"
 import { concurrently, relayStream, serverStream } from "./support/streams.js"
+import type { StreamResult, StreamSpec } from "./support/streams.js"
 
 export interface CostOptions {
   readonly runs?: number
@@ -54,32 +55,25 @@ export const run = async (options: CostOptions = {}) => {
   let sequence = 0
   const problems: Array<string> = []
   const kept = Array.from({ length: turns }, () => new CursorClient({ baseUrl: server.baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000 }))
-  const round = async (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number, clients?: ReadonlyArray<CursorClient>) => {
-    const cpuStart = server.cpuSeconds()
-    const results = await concurrently(count, staggerMs, (index) =>
-      serverStream(server.baseUrl, provider, { id: `c${sequence++}`, deltas, minMs, maxMs }, clients !== undefined ? { client: clients[index]! } : {}))
+  /** A round of `count` streams of `deltas` deltas each through `stream`, and the CPU `child` used meanwhile. */
+  const measure = async (child: Child, count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number, stream: (spec: StreamSpec, index: number) => Promise<StreamResult>) => {
+    const cpuStart = child.cpuSeconds()
+    const results = await concurrently(count, staggerMs, (index) => stream({ id: `c${sequence++}`, deltas, minMs, maxMs }, index))
     problems.push(...results.flatMap((r) => r.problems))
     provider.reset()
-    return { cpuMs: (server.cpuSeconds() - cpuStart) * 1000, deltas: results.reduce((n, r) => n + r.deltas, 0) }
+    return { cpuMs: (child.cpuSeconds() - cpuStart) * 1000, deltas: results.reduce((n, r) => n + r.deltas, 0) }
   }
+  const round = (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number, clients?: ReadonlyArray<CursorClient>) =>
+    measure(server, count, deltas, minMs, maxMs, staggerMs, (spec, index) =>
+      serverStream(server.baseUrl, provider, spec, clients !== undefined ? { client: clients[index]! } : {}))
   let relay: Child | undefined
   const relayAgent = new http.Agent({ keepAlive: true, maxSockets: Infinity })
-  const roundRelay = async (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number) => {
-    const cpuStart = relay!.cpuSeconds()
-    const results = await concurrently(count, staggerMs, () => relayStream(relay!.baseUrl, provider, { id: `c${sequence++}`, deltas, minMs, maxMs }, relayAgent))
-    problems.push(...results.flatMap((r) => r.problems))
-    provider.reset()
-    return { cpuMs: (relay!.cpuSeconds() - cpuStart) * 1000, deltas: results.reduce((n, r) => n + r.deltas, 0) }
-  }
+  const roundRelay = (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number) =>
+    measure(relay!, count, deltas, minMs, maxMs, staggerMs, (spec) => relayStream(relay!.baseUrl, provider, spec, relayAgent))
   let runSession: RunSession | undefined
-  const roundRun = async (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number) => {
-    const cpuStart = server.cpuSeconds()
-    const results = await concurrently(count, staggerMs, () =>
-      runStream(server.h2cUrl, provider, { id: `c${sequence++}`, deltas, minMs, maxMs }, { session: runSession!, timeoutMs: 120_000 }))
-    problems.push(...results.flatMap((r) => r.problems))
-    provider.reset()
-    return { cpuMs: (server.cpuSeconds() - cpuStart) * 1000, deltas: results.reduce((n, r) => n + r.deltas, 0) }
-  }
+  const roundRun = (count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number) =>
+    measure(server, count, deltas, minMs, maxMs, staggerMs, (spec) =>
+      runStream(server.h2cUrl, provider, spec, { session: runSession!, timeoutMs: 120_000 }))
   const perTurn: Array<number> = []
   const perTurnKept: Array<number> = []
   const perPaced: Array<number> = []

@@ -25,14 +25,14 @@
  *   readable were read and the next connection accepted. Until a drain empties the queue the
  *   process is behind (`backlogged`), and urgent tasks too wait for the check phase.
  * - while the process is behind, a model stream's read is not applied in its callback but
- *   queued (`queueStream`, see `ModelCall.ts`) in a lane of its own; a drain takes a task from
- *   the urgent lane and one from the streams' lane in turn, and normal work after both. A
+ *   queued (`queueStream`, see `ModelCall.ts`) in a lane of its own, taken after the urgent
+ *   tasks, or before them once it has waited `STREAM_MAX_WAIT_MS`, and before normal work. A
  *   delta then never waits for a burst of turn starts (a turn start is ~10 ms of work, a
- *   read's delta ~0.05 ms), and what a client waits on waits for at most one read at each
- *   step. In the normal lane (measured with `bench/latency.ts` at 200 streams: a burst of 200
- *   turn starts while the first streams already answer) deltas waited behind the starts:
- *   added latency p50 64 ms, against 7 ms before the server had this scheduler. Behind the
- *   urgent lane alone they waited behind the burst's requests: p99 240-410 ms.
+ *   read's delta ~0.05 ms). In the normal lane (measured with `bench/latency.ts` at 200
+ *   streams: a burst of 200 turn starts while the first streams already answer) deltas waited
+ *   behind the starts: added latency p50 64 ms, against 7 ms before the server had this
+ *   scheduler. Behind the urgent lane with no limit they waited behind the burst's requests:
+ *   p99 240-410 ms.
  *
  * A fiber still yields after `currentMaxOpsBeforeYield` operations, as on Effect's scheduler;
  * it is not preempted on time. Preempting on time made fibers yield at any operation, among
@@ -50,6 +50,12 @@ export const URGENT = 1
 
 /** The longest a stream's read waits behind urgent tasks (`SlicedScheduler.queueStream`). */
 export const STREAM_MAX_WAIT_MS = 2
+
+/** A model stream's read and when it was queued (`performance.now()`). */
+interface StreamTask {
+  readonly task: Scheduler.Task
+  readonly queuedAt: number
+}
 
 /** A FIFO that reuses its array (no `shift`). */
 class TaskQueue<A = Scheduler.Task> {
@@ -86,9 +92,7 @@ class TaskQueue<A = Scheduler.Task> {
 
 export class SlicedScheduler implements Scheduler.Scheduler {
   private readonly urgent = new TaskQueue()
-  private readonly streams = new TaskQueue()
-  /** When each of the streams' tasks was queued (`performance.now()`), in the same order. */
-  private readonly streamsQueuedAt = new TaskQueue<number>()
+  private readonly streams = new TaskQueue<StreamTask>()
   private readonly normal = new TaskQueue()
   /** A drain of the urgent tasks is queued as a microtask or running. */
   private microtaskDrain = false
@@ -122,8 +126,7 @@ export class SlicedScheduler implements Scheduler.Scheduler {
 
   /** Queues a model stream's read (`ModelCall.ts`): in the check phase, after the urgent tasks and before the normal ones. */
   queueStream(task: Scheduler.Task): void {
-    this.streams.push(task)
-    this.streamsQueuedAt.push(performance.now())
+    this.streams.push({ task, queuedAt: performance.now() })
     this.scheduleImmediate()
   }
 
@@ -192,14 +195,9 @@ export class SlicedScheduler implements Scheduler.Scheduler {
    * urgent tasks, the streams' reads, and normal work, in that order.
    */
   private take(now: number): Scheduler.Task | undefined {
-    const oldest = this.streamsQueuedAt.peek()
-    if (oldest !== undefined && now - oldest >= STREAM_MAX_WAIT_MS) return this.takeStream()
-    return this.urgent.take() ?? this.takeStream() ?? this.normal.take()
-  }
-
-  private takeStream(): Scheduler.Task | undefined {
-    this.streamsQueuedAt.take()
-    return this.streams.take()
+    const oldest = this.streams.peek()
+    if (oldest !== undefined && now - oldest.queuedAt >= STREAM_MAX_WAIT_MS) return this.streams.take()!.task
+    return this.urgent.take() ?? this.streams.take()?.task ?? this.normal.take()
   }
 
   /** Every task (`take`'s order), in the check phase: it waits for the I/O of the event loop's iteration. */
