@@ -6,12 +6,13 @@
  */
 import * as Command from "@effect/cli/Command"
 import * as Options from "@effect/cli/Options"
-import { Console, Effect, Layer, Logger, LogLevel, Option } from "effect"
+import { Cause, Console, Effect, HashMap, Inspectable, Layer, Logger, LogLevel, Option } from "effect"
 import * as Config from "./Config.js"
 import * as Ca from "./hookup/Ca.js"
 import * as Doctor from "./hookup/Doctor.js"
 import * as Setup from "./hookup/Setup.js"
 import * as Scheduler from "./internal/Scheduler.js"
+import * as Secrets from "./internal/Secrets.js"
 import * as Server from "./Server.js"
 
 const serveProgram = Effect.gen(function*() {
@@ -102,11 +103,56 @@ const LEVELS: Record<string, LogLevel.LogLevel> = {
   warning: LogLevel.Warning, warn: LogLevel.Warning, error: LogLevel.Error, fatal: LogLevel.Fatal, none: LogLevel.None
 }
 
-const FORMATS: Record<string, Layer.Layer<never>> = { pretty: Logger.pretty, logfmt: Logger.logFmt, json: Logger.json }
+const FORMATS: Record<string, Logger.Logger<unknown, void>> = {
+  pretty: Logger.prettyLoggerDefault,
+  logfmt: Logger.withConsoleLog(Logger.logfmtLogger),
+  json: Logger.withConsoleLog(Logger.jsonLogger)
+}
+
+/** A logged value with the secrets replaced: a string redacted, another value replaced by its redacted text when that held one. */
+const redactedValue = (value: unknown): unknown => {
+  if (typeof value === "string") return Secrets.redact(value)
+  if (value === null || typeof value !== "object") return value
+  const text = value instanceof Error ? `${value.stack ?? value.name}\n${value.message}` : Inspectable.toStringUnknown(value)
+  const clean = Secrets.redact(text)
+  return clean === text ? value : value instanceof Error ? Secrets.redact(value.stack ?? `${value.name}: ${value.message}`) : clean
+}
+
+/** An error that renders as `text` (a cause's rendering, redacted): its first line's name and message, `text` as its stack. */
+const renderedAs = (text: string): Error => {
+  const first = text.split("\n", 1)[0]!
+  const colon = first.indexOf(": ")
+  const error = new Error(colon < 0 ? first : first.slice(colon + 2))
+  error.name = colon < 0 ? "Error" : first.slice(0, colon)
+  error.stack = text
+  return error
+}
+
+const redactedCause = (cause: Cause.Cause<unknown>): Cause.Cause<unknown> => {
+  if (Cause.isEmpty(cause)) return cause
+  const text = Cause.pretty(cause, { renderErrorCause: true })
+  const clean = Secrets.redact(text)
+  return clean === text ? cause : Cause.die(renderedAs(clean))
+}
+
+const redactedAnnotations = (annotations: HashMap.HashMap<string, unknown>) => {
+  for (const [, value] of annotations) if (redactedValue(value) !== value) return HashMap.map(annotations, redactedValue)
+  return annotations
+}
+
+/** `logger` writing every entry's message, cause and annotations with the configuration's secrets replaced (`internal/Secrets.ts`). */
+export const redacting = <A>(logger: Logger.Logger<unknown, A>): Logger.Logger<unknown, A> =>
+  Logger.mapInputOptions(logger, (options) => ({
+    ...options,
+    message: Array.isArray(options.message) ? options.message.map(redactedValue) : redactedValue(options.message),
+    cause: redactedCause(options.cause),
+    annotations: redactedAnnotations(options.annotations)
+  }))
 
 /**
- * The logger: `BYOK_LOG_FORMAT=json` for one JSON object per line (log shippers), `logfmt` for
- * one `key=value` line per entry, `pretty` for the console logger (an entry over several lines,
+ * The logger, with the configuration's secrets replaced in every entry (`redacting`):
+ * `BYOK_LOG_FORMAT=json` for one JSON object per line (log shippers), `logfmt` for one
+ * `key=value` line per entry, `pretty` for the console logger (an entry over several lines,
  * its annotations indented); by default pretty on a terminal and logfmt otherwise (a pipe, a
  * file, a service manager). The pretty logger writes each line of an entry on its own (a
  * finished turn's line is ~16 writes, ~0.6 ms of a short turn's CPU under load, measured), where
@@ -124,7 +170,7 @@ export const logging = (
   if (logger === undefined) return `BYOK_LOG_FORMAT must be one of ${Object.keys(FORMATS).join(", ")}, got ${format}`
   const level = levelText === undefined ? LogLevel.Info : LEVELS[levelText.toLowerCase()]
   if (level === undefined) return `BYOK_LOG_LEVEL must be one of ${Object.keys(LEVELS).join(", ")}, got ${levelText}`
-  return Layer.merge(logger, Logger.minimumLogLevel(level))
+  return Layer.merge(Logger.replace(Logger.defaultLogger, redacting(logger)), Logger.minimumLogLevel(level))
 }
 
 /** Runs the command line; a typed failure is one readable line and exit status 1. */

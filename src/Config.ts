@@ -27,9 +27,15 @@ export const ProviderEntry = Schema.Struct({
   /** The environment variable holding the key; omit for servers that need none (local vLLM, Ollama). */
   apiKeyEnv: Schema.optional(Schema.String),
   headers: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.String }), { default: () => ({}) }),
+  /** Names of `headers` (any case) whose values are secrets: kept out of logs, the store and the client like the key. */
+  secretHeaders: Schema.optional(Schema.Array(Schema.String)),
   extraBody: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) }),
   compat: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) })
-})
+}).pipe(Schema.filter((provider) => {
+  const names = Object.keys(provider.headers).map((name) => name.toLowerCase())
+  const missing = (provider.secretHeaders ?? []).find((name) => !names.includes(name.toLowerCase()))
+  return missing === undefined || { path: ["secretHeaders"], message: `names header ${JSON.stringify(missing)}, which is not one of this provider's headers` }
+}))
 export type ProviderEntry = typeof ProviderEntry.Type
 
 export const ModelEntry = Schema.Struct({
@@ -48,13 +54,26 @@ export const ConsoleConfig = Schema.Struct({
   token: Schema.optional(Schema.String.pipe(Schema.minLength(16, { message: () => "a console token of at least 16 characters" })))
 })
 
+/** A host name or `name:port`, as a Host header names it (no scheme, path or user). */
+const HostName = Schema.String.pipe(Schema.pattern(/^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+)(?::\d{1,5})?$/, {
+  message: (issue) => `expected a host name or name:port (no scheme, path or user), got ${JSON.stringify(issue.actual)}`
+}))
+
 export const Limits = Schema.Struct({
   /** Largest BidiAppend body accepted (after gzip inflation). */
   bidiAppendBytes: Schema.optionalWith(Bytes, { default: () => 16 * 1024 * 1024 }),
   /** Largest RunSSE request body accepted. */
   runSseRequestBytes: Schema.optionalWith(Bytes, { default: () => 64 * 1024 }),
   /** How far ahead of the next expected seqno a BidiAppend may be held. */
-  appendWindow: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1024 })
+  appendWindow: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1024 }),
+  /** Open connections one listener keeps; past it a new one is answered 503 and closed. */
+  maxConnections: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1024 }),
+  /** How long a client has to send a request's headers (from the connection's start, or the previous request's end). */
+  headersTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 20_000 }),
+  /** How long an idle keep-alive connection (HTTP/1.1, or HTTP/2 without streams) is kept open. */
+  idleTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 65_000 }),
+  /** HTTP/2: streams one connection may have open at once (Cursor keeps its turns on one connection). */
+  http2MaxConcurrentStreams: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1000 })
 })
 
 const Share = Schema.Number.pipe(Schema.greaterThan(0), Schema.lessThan(1))
@@ -171,6 +190,8 @@ export const FileConfig = Schema.Struct({
   home: Schema.optional(Schema.String),
   proxy: Schema.optionalWith(ProxyConfig, { default: () => Schema.decodeSync(ProxyConfig)({}) }),
   host: Schema.optionalWith(Schema.String, { default: () => "127.0.0.1" }),
+  /** Host names (`name` or `name:port`) requests may be addressed to besides loopback ones (a reverse proxy's name). */
+  allowedHosts: Schema.optionalWith(Schema.Array(HostName), { default: () => [] }),
   port: Schema.optionalWith(Port, { default: () => 8787 }),
   database: Schema.optionalWith(Schema.String, { default: () => "./data/byok.sqlite" }),
   heartbeatMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 5000 }),
@@ -233,6 +254,8 @@ export interface WebConfig {
 
 export interface ServerConfig {
   readonly host: string
+  /** Names requests may be addressed to besides loopback ones, lower case (`allowedHosts`, `BYOK_ALLOWED_HOSTS`). */
+  readonly allowedHosts: ReadonlyArray<string>
   readonly port: number
   readonly database: string
   readonly heartbeatMs: number
@@ -319,8 +342,17 @@ export const defaultCatalogue: ReadonlyArray<{
   }
 ]
 
-/** A loopback host name or address (`localhost`, `127.0.0.0/8`, `::1`). */
-export const isLoopback = (host: string) => host === "localhost" || host === "::1" || host === "[::1]" || /^127\./.test(host)
+/** A `127.x.y.z` literal, each part 0-255 in plain decimal (`127.0.0.1.nip.io` and `127.evil.example` are not). */
+const isLoopbackV4 = (name: string) => {
+  const match = /^127\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(name)
+  return match !== null && match.slice(1).every((part) => Number(part) <= 255 && (part.length === 1 || part[0] !== "0"))
+}
+
+/** Exactly a loopback name or literal: `localhost`, a `127.x.y.z` literal, `::1` (or `[::1]`). */
+export const isLoopback = (host: string): boolean => {
+  const name = host.toLowerCase()
+  return name === "localhost" || name === "::1" || name === "[::1]" || isLoopbackV4(name)
+}
 
 /**
  * Builds the server configuration from a decoded file and an environment (a plain record, so
@@ -347,6 +379,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
       baseUrl: provider.baseUrl,
       apiKey: Redacted.make(key),
       headers: provider.headers,
+      ...(provider.secretHeaders === undefined ? {} : { secretHeaders: provider.secretHeaders }),
       extraBody: provider.extraBody,
       compat: provider.compat
     })
@@ -359,10 +392,15 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
   const port = portText === undefined ? file.port : Number(portText)
   const defaultModel = file.defaultModel ?? models[0]?.id
   const consoleToken = env["BYOK_CONSOLE_TOKEN"] ?? file.console.token
-  if (!isLoopback(host)) notices.push(`listening on ${host}, which is not a loopback address: anyone who can reach it can use your provider keys`)
-  if (!isLoopback(host) && consoleToken === undefined) notices.push(`the console (/console) answers 403 on ${host} until a token is set (console.token or BYOK_CONSOLE_TOKEN)`)
+  if (!isLoopback(host)) {
+    notices.push(`listening on ${host}, which is not a loopback address: every request but /healthz needs the token (the proxy stays on 127.0.0.1)`)
+  }
+  if (!isLoopback(host) && consoleToken === undefined) {
+    notices.push(`no token is set (console.token or BYOK_CONSOLE_TOKEN): every request to ${host} but /healthz is refused until one is`)
+  }
   return {
     host,
+    allowedHosts: allowedHostsOf(file, env),
     port,
     database: env["BYOK_DB"] ?? file.database,
     heartbeatMs: file.heartbeatMs,
@@ -390,6 +428,13 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     notices,
     faults: FaultInjection.fromEnvironment(env)
   }
+}
+
+/** `allowedHosts`, or `BYOK_ALLOWED_HOSTS` (comma-separated) in its place; lower case, brackets kept off IPv6. */
+const allowedHostsOf = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ReadonlyArray<string> => {
+  const text = env["BYOK_ALLOWED_HOSTS"]
+  const names = text === undefined ? file.allowedHosts : text.split(",").map((name) => name.trim()).filter((name) => name !== "")
+  return names.map((name) => name.toLowerCase().replace(/^\[([^\]]+)\]/, "$1"))
 }
 
 /**
@@ -456,6 +501,14 @@ export const validate = (config: ServerConfig, env: Readonly<Record<string, stri
     }
     if (config.http2.tls !== undefined && !isPort(config.http2.tls.port)) {
       return yield* new ConfigError({ message: `BYOK_TLS_PORT must be a port number (0-65535) or off, got ${env["BYOK_TLS_PORT"]}` })
+    }
+    const token = env["BYOK_CONSOLE_TOKEN"]
+    if (token !== undefined && token !== "" && token.length < 16) {
+      return yield* new ConfigError({ message: `BYOK_CONSOLE_TOKEN must be at least 16 characters (it has ${token.length}): it guards the histories and your keys off loopback` })
+    }
+    const badHost = (env["BYOK_ALLOWED_HOSTS"] ?? "").split(",").map((name) => name.trim()).find((name) => name !== "" && !Schema.is(HostName)(name))
+    if (badHost !== undefined) {
+      return yield* new ConfigError({ message: `BYOK_ALLOWED_HOSTS takes host names or name:port, comma-separated; got ${JSON.stringify(badHost)}` })
     }
     if (!isPort(config.proxy.port)) {
       return yield* new ConfigError({ message: `BYOK_PROXY_PORT must be a port number (0-65535) or off, got ${env["BYOK_PROXY_PORT"]}` })

@@ -16,13 +16,13 @@
  *
  * Only GET routes, and nothing here writes. Who may read is `console/Access.ts` (a non-loopback
  * host requires the configured token). No page shows a key: of the configuration only model and
- * provider ids, wire APIs and base URLs are rendered, and each response is scrubbed of every
- * configured key's value besides.
+ * provider ids, wire APIs and base URLs are rendered, and each response is redacted of the
+ * configuration's secrets besides (`internal/Secrets.ts`).
  */
 import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import { Clock, Effect, Option, Redacted } from "effect"
+import { Clock, Effect, Option } from "effect"
 import type { Context, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import type { ServerConfig } from "./Config.js"
@@ -31,6 +31,7 @@ import * as Access from "./console/Access.js"
 import { rangeOf } from "./console/Charts.js"
 import * as Data from "./console/Data.js"
 import * as Pages from "./console/Pages.js"
+import { redact } from "./internal/Secrets.js"
 import { Store } from "./Store.js"
 import { Sessions } from "./transport/Sessions.js"
 
@@ -44,16 +45,6 @@ const SECURITY_HEADERS = {
 const csp = (nonce: string) =>
   `default-src 'none'; style-src 'nonce-${nonce}'; script-src 'nonce-${nonce}'; connect-src 'self'; img-src 'self' data:; ` +
   `base-uri 'none'; form-action 'none'; frame-ancestors 'none'`
-
-/** Each configured key's value replaced, wherever it would appear (belt and braces: no page renders one). */
-const scrub = (config: ServerConfig, text: string): string => {
-  let out = text
-  for (const provider of config.router.providers) {
-    const key = Redacted.value(provider.apiKey)
-    if (key.length >= 8) out = out.split(key).join("[redacted]")
-  }
-  return out
-}
 
 interface Services {
   readonly live: Context.Tag.Service<LiveConfig>
@@ -69,8 +60,9 @@ interface RequestContext {
   readonly nonce: string
 }
 
+// Every secret replaced, wherever it would appear (belt and braces: no page renders one).
 const htmlResponse = (context: Pick<RequestContext, "config" | "nonce">, body: string, status = 200) =>
-  HttpServerResponse.text(scrub(context.config, body), {
+  HttpServerResponse.text(redact(body), {
     status,
     contentType: "text/html; charset=utf-8",
     headers: { ...SECURITY_HEADERS, "content-security-policy": csp(context.nonce) }
@@ -86,6 +78,7 @@ const guarded = <E, R>(live: Services["live"], handle: (context: RequestContext)
       remoteAddress: Option.getOrUndefined(request.remoteAddress),
       hostHeader: request.headers["host"],
       authorization: request.headers["authorization"],
+      tokenHeader: request.headers["x-byok-token"],
       queryToken: params.get("token") ?? undefined
     })
     const nonce = randomBytes(16).toString("base64")
@@ -128,11 +121,11 @@ const conversationRoute = ({ live, store }: Services) => guarded(live, (context)
   })
 )
 
-const runningRoute = ({ live, sessions }: Services) => guarded(live, (context) =>
+const runningRoute = ({ live, sessions }: Services) => guarded(live, () =>
   Effect.gen(function*() {
     const nowMs = yield* Clock.currentTimeMillis
     const body = JSON.stringify({ nowMs, turns: Data.runningTurns(sessions) })
-    return HttpServerResponse.text(scrub(context.config, body), { contentType: "application/json", headers: SECURITY_HEADERS })
+    return HttpServerResponse.text(redact(body), { contentType: "application/json", headers: SECURITY_HEADERS })
   })
 )
 

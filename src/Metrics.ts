@@ -4,12 +4,14 @@
  * streamed delta, tokens by kind and the share of input tokens read from the provider's cache.
  *
  * The text rendering is hand-written (a few lines over `Metric.snapshot`): the OpenTelemetry
- * exporter would bring a whole SDK for one endpoint.
+ * exporter would bring a whole SDK for one endpoint. The text is redacted of the configuration's
+ * secrets (`internal/Secrets.ts`) like every other text the server hands out.
  */
 import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect, Layer, Metric, MetricBoundaries, MetricLabel, MetricState } from "effect"
 import type { MetricPair } from "effect"
+import { redact } from "./internal/Secrets.js"
 import type { Usage } from "./Llm.js"
 
 export const turnsStarted = Metric.counter("byok_turns_started_total", { description: "Turns started", incremental: true })
@@ -113,6 +115,6 @@ export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter> 
     "GET",
     "/metrics",
     Effect.map(Metric.snapshot, (pairs) =>
-      HttpServerResponse.text(renderPrometheus(pairs), { contentType: "text/plain; version=0.0.4" }))
+      HttpServerResponse.text(redact(renderPrometheus(pairs)), { contentType: "text/plain; version=0.0.4" }))
   )
 )

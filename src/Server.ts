@@ -29,7 +29,9 @@ import * as Store from "./Store.js"
 import * as Tools from "./Tools.js"
 import * as Transport from "./Transport.js"
 import * as Web from "./Web.js"
+import * as Door from "./transport/Door.js"
 import * as Front from "./transport/Front.js"
+import { type ConnectionLimits, defaultConnectionLimits } from "./transport/Limits.js"
 import * as SideRpcs from "./transport/SideRpcs.js"
 
 /** A tool call's kind, and whether a restart may run it again (reads) or must not (shell, writes, MCP). */
@@ -82,14 +84,17 @@ export const interruptedResult = (call: ToolCall): ToolResultMessage => ({
 export const listenOptions = (port: number, host: string) => ({ port, host, backlog: 4096 })
 
 /**
- * Node's HTTP server with idle keep-alive sockets kept longer than clients keep theirs, so a
- * client does not send an append on a socket the server is closing at that moment (a reset),
- * and reuses its connections rather than opening new ones.
+ * Node's HTTP server, bounded: at most `maxConnections` open (then a readable 503), a request's
+ * headers within `headersTimeoutMs` (a connection that sends nothing is closed then), idle
+ * keep-alive sockets kept `idleTimeoutMs` (by default longer than clients keep theirs, so a
+ * client does not send an append on a socket the server is closing at that moment).
  */
-export const makeHttpServer = () => {
-  const server = new Front.FrontedServer()
-  server.keepAliveTimeout = 65_000
-  server.headersTimeout = 66_000
+export const makeHttpServer = (limits: ConnectionLimits = defaultConnectionLimits) => {
+  const server = new Front.FrontedServer({ connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs) })
+  server.maxOpenConnections = limits.maxConnections
+  server.keepAliveTimeout = limits.idleTimeoutMs
+  server.headersTimeout = limits.headersTimeoutMs
+  server.requestTimeout = Math.max(300_000, limits.headersTimeoutMs)
   return server
 }
 
@@ -199,6 +204,7 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
   return Layer.merge(http, Front.layer).pipe(
     Layer.provide(Recovery),
     Layer.provideMerge(Transport.layer),
+    Layer.provideMerge(Door.layer),
     Layer.provideMerge(core),
     Layer.provideMerge(live),
     // No spans anywhere (nothing exports traces): every SQL statement, transaction and outbound
@@ -231,13 +237,18 @@ export const layer = (config: ServerConfig, source?: ConfigSource) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     const authority = Hookup.needsCa(config) ? yield* Hookup.authorityFor(config) : undefined
     const tls = yield* Hookup.listenerTls(config, authority)
-    // One Node server: the proxy and the TLS listener hand HTTP/1.1 requests to it in process.
-    const httpServer = makeHttpServer()
-    const dispatch: Hookup.Dispatch = (request, response) => void httpServer.emit("request", request, response)
-    const listeners = Hookup.layerListeners(config, tls, dispatch)
+    // One Node server: the proxy and the TLS listener hand HTTP/1.1 requests to it in process,
+    // marked (`transport/Door.ts`); until its door is installed it answers 503.
+    const httpServer = makeHttpServer(config.limits)
+    httpServer.closedUntilGated = true
+    const dispatchFrom = (via: "proxy" | "tls"): Hookup.Dispatch => (request, response) => {
+      request.headers[Door.HOP_HEADER] = Door.hopMark(via)
+      httpServer.emit("request", request, response)
+    }
+    const listeners = Hookup.layerListeners(config, tls, dispatchFrom("tls"))
     const proxy = authority === undefined
       ? Layer.succeed(Hookup.Proxy.ProxyEndpoint, { port: undefined })
-      : Hookup.layerProxy(config, authority, dispatch).pipe(Layer.provide(listeners))
+      : Hookup.layerProxy(config, authority, dispatchFrom("proxy")).pipe(Layer.provide(listeners))
     return Layer.merge(proxy, listeners).pipe(
       Layer.provideMerge(source === undefined ? layerApp(config) : layerAppWatched(config, source)),
       Layer.provideMerge(layerHttpOn(httpServer, listenOptions(config.port, config.host))),

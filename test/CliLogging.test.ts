@@ -4,26 +4,25 @@
  * of the others when asked, and a clear refusal of a format or level it does not know.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Console, Effect, Layer } from "effect"
+import { Console, Effect, Layer, Redacted } from "effect"
 import * as Cli from "../src/Cli.js"
+import * as Secrets from "../src/internal/Secrets.js"
 
-/** What one annotated entry writes through the console, call by call. */
-const written = (layer: Layer.Layer<never>) =>
+/** What one entry (by default an annotated `turn stop`) writes through the console, call by call. */
+const written = (layer: Layer.Layer<never>, entry: Effect.Effect<void> = Effect.logInfo("turn stop").pipe(
+  Effect.annotateLogs({ conversationId: "c 1", durationMs: 75, outcome: "stop" })
+)) =>
   Effect.gen(function*() {
     const calls: Array<string> = []
     const record = (...args: ReadonlyArray<unknown>) => {
-      calls.push(args.map(String).join(" "))
+      calls.push(args.map((arg) => (arg instanceof Error ? `${arg.stack}` : typeof arg === "object" ? JSON.stringify(arg) : String(arg))).join(" "))
     }
     const current = yield* Effect.console
     const console: Console.Console = {
       ...current,
-      unsafe: { ...current.unsafe, log: record, info: record, group: () => {}, groupEnd: () => {} }
+      unsafe: { ...current.unsafe, log: record, info: record, error: record, group: () => {}, groupEnd: () => {} }
     }
-    yield* Effect.logInfo("turn stop").pipe(
-      Effect.annotateLogs({ conversationId: "c 1", durationMs: 75, outcome: "stop" }),
-      Effect.provide(layer),
-      Effect.withConsole(console)
-    )
+    yield* entry.pipe(Effect.provide(layer), Effect.withConsole(console))
     return calls
   })
 
@@ -66,6 +65,33 @@ describe("Cli.logging", () => {
   it.effect("takes the logfmt format it is given on a terminal", () =>
     Effect.gen(function*() {
       assert.strictEqual((yield* written(layerOf({ BYOK_LOG_FORMAT: "logfmt" }, true))).length, 1)
+    }))
+
+  it.effect("writes no registered secret in any format: message, cause (a failure and a defect) and annotations", () =>
+    Effect.gen(function*() {
+      const key = "sk-log-test-0123456789abcdef"
+      const owner = {}
+      const provider = { id: "openai", api: "openai-chat" as const, baseUrl: "http://x/v1", apiKey: Redacted.make(key), headers: {}, extraBody: {}, compat: {} }
+      Secrets.register(owner, () => ({ router: { providers: [provider] } }))
+      try {
+        const entry = Effect.logError(`refused: ${key}`, { body: `Incorrect API key provided: ${key}` }).pipe(
+          Effect.annotateLogs({ error: `provided: ${key}`, masked: "sk-log-te***...***cdef" }),
+          Effect.withLogSpan("call")
+        )
+        const failed = Effect.fail(new Error(`401: ${key}`)).pipe(Effect.tapErrorCause((cause) => Effect.logWarning("call failed", cause)), Effect.ignore)
+        const died = Effect.die(new TypeError(`bad header ${key}`)).pipe(Effect.tapDefect((cause) => Effect.logError("defect", cause)), Effect.catchAllDefect(() => Effect.void))
+        for (const [format, terminal] of [["pretty", true], ["logfmt", false], ["json", false]] as const) {
+          const layer = layerOf({ BYOK_LOG_FORMAT: format }, terminal)
+          const text = [...(yield* written(layer, entry)), ...(yield* written(layer, failed)), ...(yield* written(layer, died))].join("\n")
+          assert.notInclude(text, key, format)
+          assert.notInclude(text, "sk-log-te***", format)
+          assert.include(text, "Incorrect API key provided: [key of provider openai]", format)
+          assert.include(text, "401: [key of provider openai]", format)
+          assert.include(text, "TypeError: bad header [key of provider openai]", format)
+        }
+      } finally {
+        Secrets.unregister(owner)
+      }
     }))
 
   it("refuses a format or a level it does not know, naming what it takes", () => {

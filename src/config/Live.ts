@@ -9,12 +9,14 @@
  * readable per-field errors, resolves and validates it (the model table's routing included),
  * and only then swaps it in. A refused change is logged once with its readable lines and the
  * running configuration stays. Changes to the listeners, the database, the CA's home and the
- * proxy are logged as needing a restart and keep their running values (`Changes.ts`).
+ * proxy are logged as needing a restart and keep their running values (`Changes.ts`). The
+ * layers register the running configuration's secrets with the redactor for their lifetime.
  */
 import * as FileSystem from "@effect/platform/FileSystem"
 import { Context, Data, Effect, Layer, Metric, Stream, SubscriptionRef } from "effect"
 import type { ConfigSource, ServerConfig } from "../Config.js"
 import { ConfigError, loadFrom } from "../Config.js"
+import * as Secrets from "../internal/Secrets.js"
 import * as Metrics from "../Metrics.js"
 import { applicable, appliesNothing, type Changes, changesBetween, describe } from "./Changes.js"
 import { defaultWatchOptions, watchFile, type WatchOptions } from "./Watch.js"
@@ -120,8 +122,12 @@ export const make = Effect.fn("LiveConfig.make")(function*(initial: ServerConfig
   })
 })
 
+/** The running configuration's secrets registered with the redactor (`internal/Secrets.ts`) while the layer lives. */
+const withSecretsRegistered = (live: Live) => Effect.as(Secrets.registered(live.current), live)
+
 /** A configuration that never changes (tests, programs without a file to watch). */
-export const layerFixed = (config: ServerConfig): Layer.Layer<LiveConfig> => Layer.effect(LiveConfig, make(config))
+export const layerFixed = (config: ServerConfig): Layer.Layer<LiveConfig> =>
+  Layer.scoped(LiveConfig, Effect.flatMap(make(config), withSecretsRegistered))
 
 /**
  * The configuration read from `source`, reloaded after each change of its file (the file may
@@ -144,6 +150,6 @@ export const layerWatched = (
         )
       const live = yield* make(config, { path: source.path, load })
       yield* Effect.forkScoped(watchFile(source.path, live.reload, options))
-      return live
+      return yield* withSecretsRegistered(live)
     })
   )

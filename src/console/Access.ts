@@ -2,8 +2,9 @@
  * Who may read the console (pure).
  *
  * - On a loopback host (the default `127.0.0.1`), anyone who can connect may: that is the
- *   machine's own users. The `Host` header must name a loopback host too, so that a web page
- *   on another site cannot read the console through a DNS name rebound to 127.0.0.1.
+ *   machine's own users. The `Host` header must name a loopback host exactly (the front door,
+ *   `transport/Door.ts`, has refused every other already), so that a web page on another site
+ *   cannot read the console through a DNS name rebound to 127.0.0.1.
  * - On any other host, every console request must carry the configured token, as `?token=` or
  *   `Authorization: Bearer`; without a configured token the console answers 403 and says how
  *   to set one.
@@ -11,8 +12,8 @@
  *   whatever the host and the token.
  */
 import { Redacted } from "effect"
-import { createHash, timingSafeEqual } from "node:crypto"
 import { isLoopback } from "../Config.js"
+import { sameToken } from "../transport/Policy.js"
 
 export type Access =
   | {
@@ -28,6 +29,8 @@ export interface AccessRequest {
   readonly remoteAddress: string | undefined
   readonly hostHeader: string | undefined
   readonly authorization: string | undefined
+  /** `x-byok-token`, as a reverse proxy may add it. */
+  readonly tokenHeader?: string | undefined
   readonly queryToken: string | undefined
 }
 
@@ -43,10 +46,6 @@ export const hostNameOf = (header: string): string => {
   return colon < 0 ? value : value.slice(0, colon)
 }
 
-const digest = (text: string) => createHash("sha256").update(text, "utf8").digest()
-
-/** Equal tokens, compared in constant time (of their digests). */
-const sameToken = (given: string, expected: string) => timingSafeEqual(digest(given), digest(expected))
 
 export const TOKEN_HELP =
   "set console.token in the configuration file (at least 16 characters) or BYOK_CONSOLE_TOKEN, then open /console?token=<token> " +
@@ -59,7 +58,7 @@ export const decide = (
   const loopbackClient = isLoopbackAddress(request.remoteAddress)
   if (isLoopback(config.host)) {
     const name = request.hostHeader === undefined ? undefined : hostNameOf(request.hostHeader)
-    if (name === undefined || !(isLoopback(name) || name.endsWith(".localhost"))) {
+    if (name === undefined || !isLoopback(name)) {
       return { _tag: "Denied", status: 403, message: "The console answers only requests addressed to a loopback host name (localhost, 127.0.0.1, [::1])." }
     }
     return { _tag: "Allowed", loopbackClient, linkToken: undefined }
@@ -67,7 +66,7 @@ export const decide = (
   if (config.token === undefined) {
     return { _tag: "Denied", status: 403, message: `The server listens on ${config.host}, not a loopback address: the console needs a token. To open it, ${TOKEN_HELP}.` }
   }
-  const bearer = request.authorization?.match(/^Bearer\s+(\S+)\s*$/i)?.[1]
+  const bearer = request.authorization?.match(/^Bearer\s+(\S+)\s*$/i)?.[1] ?? request.tokenHeader
   const given = bearer ?? request.queryToken
   if (given === undefined || !sameToken(given, Redacted.value(config.token))) {
     return { _tag: "Denied", status: 401, message: "The console needs the configured token: open /console?token=<token> or send Authorization: Bearer <token>." }

@@ -1,10 +1,12 @@
 /**
  * The end of a turn's stream: the UTF-8 JSON payload of the Connect end-stream frame, `{}` or an
- * error with Cursor's `aiserver.v1.ErrorDetails`.
+ * error with Cursor's `aiserver.v1.ErrorDetails`. Its texts are redacted of the configuration's
+ * secrets as they are encoded (`internal/Secrets.ts`; the model-call errors were at their source).
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import { Data, Either, Schema } from "effect"
 import { ErrorDetails_Error, ErrorDetailsSchema } from "../gen/aiserver/v1/aiserver_pb.js"
+import { redact } from "../internal/Secrets.js"
 import { DialectError, fail, parse, utf8 } from "./Bytes.js"
 
 /** Connect error codes a turn may end with. */
@@ -59,10 +61,10 @@ export const encodeEndStream = (end: EndStream): Uint8Array => {
     type: "aiserver.v1.ErrorDetails",
     value: toBase64(toBinary(ErrorDetailsSchema, create(ErrorDetailsSchema, {
       error: end.detail.error,
-      details: { title: end.detail.title, detail: end.detail.detail, isRetryable: end.detail.isRetryable }
+      details: { title: redact(end.detail.title), detail: redact(end.detail.detail), isRetryable: end.detail.isRetryable }
     })))
   }]
-  return utf8.encode(JSON.stringify({ error: { code: end.code, message: end.message, ...(details.length > 0 ? { details } : {}) } }))
+  return utf8.encode(JSON.stringify({ error: { code: end.code, message: redact(end.message), ...(details.length > 0 ? { details } : {}) } }))
 }
 
 const EndStreamJson = Schema.Struct({

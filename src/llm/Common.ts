@@ -19,7 +19,7 @@ import {
   emptyUsage
 } from "../Llm.js"
 import { sha256 } from "../internal/Sha256.js"
-import { malformed } from "./common/Errors.js"
+import { excerpt, malformed } from "./common/Errors.js"
 import * as FastDecode from "./common/FastDecode.js"
 import type { SseEvent } from "./Sse.js"
 
@@ -67,9 +67,9 @@ export const decodeJson = <A>(
   try {
     json = JSON.parse(data)
   } catch {
-    return Either.left(malformed(`${what}: data is not valid JSON: ${data.slice(0, 200)}`))
+    return Either.left(malformed(`${what}: data is not valid JSON: ${excerpt(data, 200)}`))
   }
-  return Either.mapLeft(decode(json), (error) => malformed(`${what}: unexpected shape: ${error.message.slice(0, 300)}`))
+  return Either.mapLeft(decode(json), (error) => malformed(`${what}: unexpected shape: ${excerpt(error.message, 300)}`))
 }
 
 /**
@@ -88,11 +88,11 @@ export const decodeKnownEvent = <A>(
   try {
     json = JSON.parse(data)
   } catch {
-    return Either.left(malformed(`${what}: data is not valid JSON: ${data.slice(0, 200)}`))
+    return Either.left(malformed(`${what}: data is not valid JSON: ${excerpt(data, 200)}`))
   }
   const type = json !== null && typeof json === "object" ? (json as { type?: unknown }).type : undefined
   if (typeof type !== "string" || !known.has(type)) return Either.right(undefined)
-  return Either.mapLeft(decode(json), (error) => malformed(`${what} ${type}: unexpected shape: ${error.message.slice(0, 300)}`))
+  return Either.mapLeft(decode(json), (error) => malformed(`${what} ${type}: unexpected shape: ${excerpt(error.message, 300)}`))
 }
 
 /**
@@ -225,7 +225,7 @@ export class Assembler {
         try {
           parsed = JSON.parse(block.args)
         } catch {
-          return malformed(`tool call ${block.name} (${block.id}) arguments are not valid JSON: ${block.args.slice(0, 200)}`)
+          return malformed(`tool call ${block.name} (${block.id}) arguments are not valid JSON: ${excerpt(block.args, 200)}`)
         }
         if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
           return malformed(`tool call ${block.name} (${block.id}) arguments are not a JSON object`)

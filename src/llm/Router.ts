@@ -26,6 +26,8 @@ export const ProviderConfig = Schema.Struct({
   baseUrl: Schema.String,
   apiKey: Schema.Redacted(Schema.String),
   headers: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.String }), { default: () => ({}) }),
+  /** Names of `headers` (any case) whose values are secrets, redacted like the key (`internal/Secrets.ts`). */
+  secretHeaders: Schema.optional(Schema.Array(Schema.String)),
   extraBody: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) }),
   /**
    * Per-API overrides (openai-chat: maxTokensField, includeUsage, replayReasoning,

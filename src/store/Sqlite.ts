@@ -1,14 +1,13 @@
 /**
  * The SQLite connection the Store runs on: one better-sqlite3 connection (`Connection.ts`: the
  * `SqlClient` of `@effect/sql` and the Store's `Direct` way on one handle), the parent directory
- * created, the PRAGMAs set, and the migrations applied before anything else may use it.
+ * created and the files kept private (`FileModes.ts`), the PRAGMAs set, and the migrations
+ * applied before anything else may use it.
  *
  * Everything SQLite-specific sits here and in `migrations.ts`; `SqlStore.ts` only needs a
  * `SqlClient` whose database has the Store's tables.
  */
 import * as Reactivity from "@effect/experimental/Reactivity"
-import * as FileSystem from "@effect/platform/FileSystem"
-import * as Path from "@effect/platform/Path"
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
@@ -16,6 +15,7 @@ import * as SqliteMigrator from "@effect/sql-sqlite-node/SqliteMigrator"
 import { Context, Effect, Layer } from "effect"
 import * as Connection from "./Connection.js"
 import type { Direct } from "./Connection.js"
+import * as FileModes from "./FileModes.js"
 import { StoreError } from "./Model.js"
 import { migrations } from "./migrations.js"
 
@@ -35,13 +35,7 @@ export const layerClient = (
 ): Layer.Layer<SqliteClient.SqliteClient | SqlClient.SqlClient | Direct, StoreError> =>
   Layer.scopedContext(
     Effect.gen(function*() {
-      if (options.filename !== ":memory:") {
-        const fs = yield* FileSystem.FileSystem
-        const path = yield* Path.Path
-        yield* fs.makeDirectory(path.dirname(path.resolve(options.filename)), { recursive: true }).pipe(
-          Effect.mapError(fail("open"))
-        )
-      }
+      yield* FileModes.prepare(options.filename).pipe(Effect.mapError(fail("open")))
       const context = yield* Connection.context(options.filename).pipe(Effect.mapError(fail("open")))
       const client = Context.get(context, SqlClient.SqlClient)
       // WAL is set by the client for files; NORMAL is durable in WAL mode except for the last commits on power loss.

@@ -22,10 +22,12 @@ import { Cause, Context, Effect, Exit, FiberSet, Layer, Option } from "effect"
 import type { Fiber } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { Server as HttpServer } from "node:http"
+import type { Socket } from "node:net"
 import { URGENT } from "../internal/Scheduler.js"
 import { BIDI_APPEND_PATH, joinFrames, RUN_SSE_PATH, Transport } from "../Transport.js"
 import type { TransportService } from "../Transport.js"
 import { readNodeBody } from "./Body.js"
+import { Door } from "./Door.js"
 import { ConnectError, endStreamFrame, httpStatusOf } from "./Connect.js"
 import { parentLinkOf } from "./Subagents.js"
 import type { FrameSink } from "./TurnChannel.js"
@@ -36,14 +38,51 @@ type RunFork = <A, E>(effect: Effect.Effect<A, E, never>) => Fiber.RuntimeFiber<
 /** Takes a request (and answers it) or returns false to leave it to the Effect server. */
 export type FrontHandler = (request: IncomingMessage, response: ServerResponse) => boolean
 
-/** A Node HTTP server whose `request` events go through its front first, when one is installed. */
+/**
+ * A Node HTTP server whose `request` events go through its door (`transport/Door.ts`), then its
+ * front, when they are installed. `closedUntilGated`: until a door is installed every request
+ * is answered 503 (the server's own listener opens before its application is built).
+ */
 export class FrontedServer extends HttpServer {
   front: FrontHandler | undefined = undefined
+  door: FrontHandler | undefined = undefined
+  closedUntilGated = false
+  /** Open connections past which a new one is answered 503 and closed. */
+  maxOpenConnections = Number.POSITIVE_INFINITY
+  private open = 0
 
   override emit(event: string | symbol, ...args: Array<any>): boolean {
-    if (event === "request" && this.front !== undefined && this.front(args[0] as IncomingMessage, args[1] as ServerResponse)) return true
+    if (event === "connection") {
+      const socket = args[0] as Socket
+      if (this.open >= this.maxOpenConnections) return refuseConnection(socket, this.maxOpenConnections)
+      this.open += 1
+      socket.once("close", () => this.open -= 1)
+    } else if (event === "request") {
+      const request = args[0] as IncomingMessage
+      const response = args[1] as ServerResponse
+      if (this.door === undefined ? this.closedUntilGated && starting(request, response) : !this.door(request, response)) return true
+      if (this.front !== undefined && this.front(request, response)) return true
+    }
     return super.emit(event as string, ...args)
   }
+}
+
+/** A connection past the cap: a readable 503, then closed (Node's own `maxConnections` drops it without a word). */
+const refuseConnection = (socket: Socket, max: number) => {
+  const body = JSON.stringify({ code: "unavailable", message: `this listener has ${max} connections open, its limit (limits.maxConnections); try again later` })
+  socket.on("error", () => undefined)
+  socket.end(`HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nretry-after: 1\r\nconnection: close\r\n\r\n${body}`)
+  setTimeout(() => socket.destroy(), 1_000).unref()
+  return true
+}
+
+const STARTING = JSON.stringify({ code: "unavailable", message: "the server is starting; try again in a moment" })
+
+const starting = (request: IncomingMessage, response: ServerResponse) => {
+  response.writeHead(503, { "content-type": "application/json", "content-length": Buffer.byteLength(STARTING), "retry-after": "1" })
+  response.end(STARTING)
+  request.resume()
+  return true
 }
 
 /** The server's front, where the transport installs its handler (absent: every request goes the Effect way). */
@@ -144,16 +183,19 @@ export const makeFront = (transport: TransportService, runFork: RunFork): FrontH
   return true
 }
 
-/** Installs the agent front on the server's `HttpFront`, when it has one, until the scope closes. */
-export const layer: Layer.Layer<never, never, Transport> = Layer.scopedDiscard(Effect.gen(function*() {
+/** Installs the door and the agent front on the server's `HttpFront`, when it has one, until the scope closes. */
+export const layer: Layer.Layer<never, never, Transport | Door> = Layer.scopedDiscard(Effect.gen(function*() {
   const front = yield* Effect.serviceOption(HttpFront)
   if (Option.isNone(front)) return
   const transport = yield* Transport
+  const door = yield* Door
   // A request's fiber is urgent, as on the Effect server (`internal/Scheduler.ts`).
   const runFork = yield* Effect.withSchedulingPriority(FiberSet.makeRuntime<never>(), URGENT)
   const server = front.value
+  server.door = (request, response) => door.http1(request, response)
   server.front = makeFront(transport, runFork)
   yield* Effect.addFinalizer(() => Effect.sync(() => {
     server.front = undefined
+    server.door = undefined
   }))
 }))

@@ -25,6 +25,8 @@ import * as Dialect from "../Dialect.js"
 import { joinFrames, Transport } from "../Transport.js"
 import type { TransportService } from "../Transport.js"
 import { ConnectError, endStreamFrame, FLAG_END_STREAM, httpStatusOf, splitEnvelopes } from "./Connect.js"
+import { CURSOR_TLS, Door, type Listener, PLAIN } from "./Door.js"
+import { type ConnectionLimits, defaultConnectionLimits, http2Settings } from "./Limits.js"
 import { parentLinkOf } from "./Subagents.js"
 import { URGENT } from "../internal/Scheduler.js"
 
@@ -45,6 +47,8 @@ export interface Http2Options {
     readonly http1: (request: Http.IncomingMessage, response: Http.ServerResponse) => void
     readonly http2: (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders) => void
   } | undefined
+  /** Connection bounds; the defaults otherwise. */
+  readonly limits?: ConnectionLimits | undefined
 }
 
 /** The bound listeners (ports as bound, for ephemeral ones). */
@@ -54,6 +58,12 @@ export class Http2Endpoints extends Context.Tag("cursor-byok/transport/Http2Endp
 }>() {}
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+/** What a connection past the h2c listener's cap gets. */
+const overCapacity = (max: number) => {
+  const body = JSON.stringify({ code: "unavailable", message: `this listener has ${max} connections open, its limit (limits.maxConnections); try again later` })
+  return `HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
+}
 
 /** What an HTTP/1.1 client gets on an HTTP/2 port: a Connect error it can read. */
 const http1RefusalBody = (port: string) =>
@@ -160,13 +170,19 @@ const serveRun = (transport: TransportService, stream: Http2.ServerHttp2Stream, 
     Effect.annotateLogs({ wire: "Run" })
   )
 
+/** The door's check of a stream (true: go on), or none (tests of the transport alone). */
+type Gate = (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders) => boolean
+
 const onStream = (
   transport: TransportService,
   runFork: <A, E>(effect: Effect.Effect<A, E, never>) => Fiber.RuntimeFiber<A, E>,
+  gate: Gate,
   others?: (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders) => void
 ) =>
   (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders) => {
     stream.on("error", () => undefined)
+    if (!gate(stream, headers)) return
+    // Handed on after the check: the mark says where it came in (the door took the client's off).
     if (headers[":path"] !== RUN_PATH && others !== undefined) return others(stream, headers)
     if (headers[":path"] !== RUN_PATH || headers[":method"] !== "POST") {
       return refuse(stream, new ConnectError("unimplemented", `${headers[":method"]} ${headers[":path"]} is not served on the HTTP/2 port (only ${RUN_PATH})`))
@@ -208,20 +224,30 @@ const trackSessions = (server: Http2.Http2Server | Http2.Http2SecureServer) => {
 export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, ConfigError, Transport> =>
   Layer.scoped(Http2Endpoints, Effect.gen(function*() {
     const transport = yield* Transport
+    const door = Option.getOrUndefined(yield* Effect.serviceOption(Door))
+    const gateOf = (listener: Listener): Gate => door === undefined ? () => true : (stream, headers) => door.http2(stream, headers, listener)
+    const limits = options.limits ?? defaultConnectionLimits
     // A `Run` stream's fiber is urgent, as an HTTP/1.1 request's (`internal/Scheduler.ts`).
     const runFork = yield* Effect.withSchedulingPriority(FiberSet.makeRuntime<never>(), URGENT)
-    const handler = onStream(transport, runFork)
     let cleartextPort: number | undefined
     let tlsPort: number | undefined
 
     if (options.cleartextPort !== undefined) {
-      const h2 = Http2.createServer({ settings: { initialWindowSize: 1 << 20 } })
+      const h2 = Http2.createServer({ settings: http2Settings(limits) })
+      h2.setTimeout(limits.idleTimeoutMs)
       const sessions = trackSessions(h2)
-      h2.on("stream", handler)
+      h2.on("stream", onStream(transport, runFork, gateOf(PLAIN)))
+      let open = 0
       // Prior knowledge: HTTP/2 starts with its preface; anything else is an HTTP/1.1 client, refused readably.
       const server = Net.createServer((socket) => {
         socket.on("error", () => undefined)
+        if (open >= limits.maxConnections) return void socket.end(overCapacity(limits.maxConnections))
+        open += 1
+        socket.once("close", () => open -= 1)
+        // A client that sends nothing is not kept.
+        socket.setTimeout(limits.headersTimeoutMs, () => socket.destroy())
         socket.once("data", (first: Buffer) => {
+          socket.setTimeout(0)
           socket.pause()
           socket.unshift(first)
           const head = first.subarray(0, Math.min(first.length, PREFACE.length))
@@ -242,7 +268,16 @@ export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Config
       // HTTP/1.1 is allowed in the handshake only to be refused readably (a client offering only
       // http/1.1 would otherwise get a bare TLS alert). The 'request' listener would also set up
       // Node's compatibility layer on every HTTP/2 stream: that one is removed, ours stays.
-      const h2 = Http2.createSecureServer({ cert: options.tls.cert, key: options.tls.key, allowHTTP1: true, settings: { initialWindowSize: 1 << 20 } })
+      const h2 = Http2.createSecureServer({
+        cert: options.tls.cert,
+        key: options.tls.key,
+        allowHTTP1: true,
+        settings: http2Settings(limits),
+        handshakeTimeout: limits.headersTimeoutMs
+      })
+      // Past the cap a connection is closed before TLS (no readable answer can go before the handshake).
+      h2.maxConnections = limits.maxConnections
+      h2.setTimeout(limits.idleTimeoutMs)
       const sessions = trackSessions(h2)
       const others = options.others
       h2.on("request", (request: Http.IncomingMessage, response: Http.ServerResponse) => {
@@ -253,7 +288,7 @@ export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Config
         response.end(body)
       })
       h2.removeAllListeners("stream")
-      h2.on("stream", others === undefined ? handler : onStream(transport, runFork, others.http2))
+      h2.on("stream", onStream(transport, runFork, gateOf(CURSOR_TLS), others?.http2))
       h2.on("unknownProtocol", (socket: Tls.TLSSocket) => socket.end(http1Refusal(String(tlsPort))))
       tlsPort = yield* listen(h2, options.host, options.tls.port, "TLS")
       yield* Effect.addFinalizer(() => close(h2, sessions))

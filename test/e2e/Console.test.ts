@@ -129,7 +129,8 @@ describe("Console over HTTP", () => {
   it.scopedLive("a non-loopback host with a token: 401 without it or with a wrong one; the query or a bearer header opens every page, and links carry the query token", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make({ config: consoleConfig({ host: "0.0.0.0", console: { token: TOKEN } }) })
-      const client = yield* clientFor(app, { turnTimeoutMs: 15_000 })
+      // Off loopback the agent's requests need the token too (here as a reverse proxy would add it).
+      const client = yield* clientFor(app, { turnTimeoutMs: 15_000, extraHeaders: { "x-byok-token": TOKEN } })
       yield* scriptSession(app, client)
       for (const page of ["/console", path(CONVERSATION), "/console/api/running"]) {
         assert.strictEqual((yield* get(app, page)).status, 401, page)

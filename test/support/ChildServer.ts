@@ -30,6 +30,8 @@ import { Effect, type Scope } from "effect"
 export interface ChildServerOptions {
   /** The configuration file's content (JSON); `{}` by default. */
   readonly config?: Record<string, unknown>
+  /** The address it listens on (`BYOK_HOST`); 127.0.0.1 by default. */
+  readonly host?: string
   /** Extra environment variables (provider keys, test switches...), over `process.env`. */
   readonly env?: Readonly<Record<string, string>>
   /** The database file (default: `byok.sqlite` in the server's temp directory). */
@@ -141,7 +143,7 @@ export const start = async (options: ChildServerOptions = {}): Promise<ChildServ
         BYOK_DB: database,
         BYOK_PORT: String(port),
         BYOK_H2C_PORT: h2cPort === undefined ? "off" : String(h2cPort),
-        BYOK_HOST: "127.0.0.1"
+        BYOK_HOST: options.host ?? "127.0.0.1"
       }
     })
     child = spawned

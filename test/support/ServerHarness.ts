@@ -12,6 +12,7 @@ import * as Store from "../../src/Store.js"
 import * as Tools from "../../src/Tools.js"
 import * as Transport from "../../src/Transport.js"
 import * as Front from "../../src/transport/Front.js"
+import * as Door from "../../src/transport/Door.js"
 import * as Run from "../../src/transport/Run.js"
 import { makeFakeLlm } from "./FakeRuntime.js"
 import type { LlmCallRecord, Script } from "./FakeRuntime.js"
@@ -79,6 +80,9 @@ export const testTransportOptions = (overrides: Partial<Transport.TransportOptio
   ...overrides
 })
 
+/** The server's front door as on a loopback host with no allowed names (`transport/Door.ts`). */
+const loopbackDoor = Layer.succeed(Door.Door, Door.make(() => ({ bindHost: "127.0.0.1", allowedHosts: [], token: undefined }), () => undefined))
+
 /** Starts the server in the current scope; it stops when the scope closes. */
 export const make = (options: HarnessOptions = {}): Effect.Effect<Harness, never, Scope.Scope> =>
   Effect.gen(function*() {
@@ -89,7 +93,7 @@ export const make = (options: HarnessOptions = {}): Effect.Effect<Harness, never
       Layer.provideMerge(Transport.layer),
       Layer.provideMerge(Runner.layer(runnerOptions)),
       Layer.provideMerge(Transport.layerSessions(testTransportOptions(options.transport))),
-      Layer.provideMerge(Layer.merge(options.store ?? Store.layerMemory, llm.layer)),
+      Layer.provideMerge(Layer.mergeAll(options.store ?? Store.layerMemory, llm.layer, loopbackDoor)),
       Layer.provideMerge(layerHttp(listenOptions(0, "127.0.0.1")))
     )
     const context = yield* Layer.build(services).pipe(

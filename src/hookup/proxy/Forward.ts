@@ -10,6 +10,7 @@ import * as Http2 from "node:http2"
 import * as Https from "node:https"
 import type * as Net from "node:net"
 import * as Tls from "node:tls"
+import { HOP_HEADER, hopMark } from "../../transport/Door.js"
 import type { Address, UpstreamProxy } from "./Upstream.js"
 import { openTcp } from "./Upstream.js"
 
@@ -17,7 +18,8 @@ export type ClientRequest = Http.IncomingMessage | Http2.Http2ServerRequest
 export type ClientResponse = Http.ServerResponse | Http2.Http2ServerResponse
 
 export type Target =
-  | { readonly _tag: "Local"; readonly address: Address; readonly http2: boolean }
+  /** This server's own listener; `via` is where the request came in (its hop mark, `transport/Door.ts`). */
+  | { readonly _tag: "Local"; readonly address: Address; readonly http2: boolean; readonly via?: "proxy" | "tls" }
   | { readonly _tag: "Origin"; readonly servername: string; readonly address: Address; readonly http2: boolean }
 
 export interface ForwardOptions {
@@ -34,8 +36,16 @@ const HOP_BY_HOP = new Set([
   "transfer-encoding",
   "upgrade",
   "http2-settings",
-  "host"
+  "host",
+  HOP_HEADER
 ])
+
+/** The headers a request takes to `target`: end to end, plus the hop mark towards this server's own listeners. */
+const headersFor = (headers: Http.IncomingHttpHeaders | Http2.IncomingHttpHeaders, target: Target): Record<string, string | Array<string>> => {
+  const out = endToEnd(headers)
+  if (target._tag === "Local") out[HOP_HEADER] = hopMark(target.via ?? "proxy")
+  return out
+}
 
 /** The end-to-end headers of a message, without pseudo-headers and hop-by-hop fields. */
 const endToEnd = (headers: Http.IncomingHttpHeaders | Http2.IncomingHttpHeaders): Record<string, string | Array<string>> => {
@@ -127,7 +137,7 @@ export const makeForwarder = (options: ForwardOptions) => {
       port: target.address.port,
       method: request.method,
       path: request.url,
-      headers: { ...endToEnd(request.headers), host: authorityOf(request) },
+      headers: { ...headersFor(request.headers, target), host: authorityOf(request) },
       agent: h1Agent(target),
       ...(target._tag === "Origin" ? { servername: target.servername } : {})
     })
@@ -154,7 +164,7 @@ export const makeForwarder = (options: ForwardOptions) => {
         ":method": request.method ?? "GET",
         ":path": request.url ?? "/",
         ":authority": target._tag === "Origin" ? target.servername : authorityOf(request),
-        ...endToEnd(request.headers)
+        ...headersFor(request.headers, target)
       })
       stream.on("response", (headers) => {
         response.writeHead(Number(headers[":status"] ?? 502), endToEnd(headers))
@@ -188,7 +198,7 @@ export const makeForwarder = (options: ForwardOptions) => {
       port: target.address.port,
       method: String(headers[":method"] ?? "GET"),
       path: String(headers[":path"] ?? "/"),
-      headers: { ...endToEnd(headers), host: String(headers[":authority"] ?? target.address.host) },
+      headers: { ...headersFor(headers, target), host: String(headers[":authority"] ?? target.address.host) },
       agent: h1Agent(target)
     })
     outgoing.on("response", (answer) => {

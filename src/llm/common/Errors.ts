@@ -1,7 +1,10 @@
 /**
  * Typed `LlmError` constructors and the classification of provider errors, from a non-2xx
- * response or from an error object inside a 200 stream (llm-providers.md §2.5).
+ * response or from an error object inside a 200 stream (llm-providers.md §2.5). Every message
+ * is redacted of the configuration's secrets here, at the source (a provider quoting the key it
+ * refused), before the runner stores, logs or sends it (`internal/Secrets.ts`).
  */
+import { redact } from "../../internal/Secrets.js"
 import { LlmError, type LlmErrorReason } from "../../Llm.js"
 
 export const llmError = (
@@ -11,7 +14,7 @@ export const llmError = (
 ): LlmError =>
   new LlmError({
     reason,
-    message,
+    message: redact(message),
     retryable: options?.retryable ?? false,
     ...(options?.provider !== undefined ? { provider: options.provider } : {}),
     ...(options?.status !== undefined ? { status: options.status } : {}),
@@ -19,6 +22,9 @@ export const llmError = (
   })
 
 export const malformed = (message: string): LlmError => llmError("malformedStream", message)
+
+/** At most `max` characters of a provider's text, redacted before the cut (a cut key would escape the redaction). */
+export const excerpt = (text: string, max: number): string => redact(text).slice(0, max)
 
 // =============================================================================
 // HTTP error classification
@@ -81,7 +87,7 @@ export const errorFields = (body: unknown): { message?: string; type?: string; c
 export const readableBody = (bodyText: string): string => {
   const title = /<title[^>]*>([\s\S]*?)<\/title>/i.exec(bodyText)?.[1]
   const text = title ?? (/<(html|body|!doctype)/i.test(bodyText) ? bodyText.replace(/<[^>]*>/g, " ") : bodyText)
-  const line = text.replace(/\s+/g, " ").trim()
+  const line = redact(text).replace(/\s+/g, " ").trim()
   return line.length > 300 ? `${line.slice(0, 300)}…` : line
 }
 
@@ -137,7 +143,7 @@ export const classifyHttpError = (
 /** Classifies an error object that arrived inside a 200 stream. */
 export const classifyStreamError = (provider: string, body: unknown, label: string): LlmError => {
   const fields = errorFields(body)
-  const detail = fields.message ?? JSON.stringify(body).slice(0, 500)
+  const detail = fields.message ?? excerpt(JSON.stringify(body), 500)
   const kind = `${fields.type ?? ""} ${fields.code ?? ""}`
   const message = `${provider}: ${label}: ${detail}`
   const statusCode = (body as { error?: { status_code?: unknown; code?: unknown } } | null)?.error

@@ -1,0 +1,151 @@
+/**
+ * The front door: `Policy.check` applied to every request before any handler sees it, on every
+ * listener (HTTP/1.1 through `FrontedServer`, HTTP/2 streams in `transport/Run.ts`). A refused
+ * request gets a readable answer and at most one log line per cause a minute.
+ *
+ * Requests the proxy or the TLS listener hand on (in process, or over loopback by the
+ * forwarder) carry a hop mark holding this process's secret: only they may name Cursor's hosts,
+ * and only the proxy's (loopback only) are exempt from the token off loopback.
+ */
+import { Context, Effect, Layer, Runtime } from "effect"
+import type * as Http from "node:http"
+import type * as Http2 from "node:http2"
+import { randomBytes } from "node:crypto"
+import { LiveConfig } from "../config/Live.js"
+import * as Policy from "./Policy.js"
+
+/** The hop mark's header (dropped before any handler, and by the forwarder towards Cursor). */
+export const HOP_HEADER = "x-cursor-byok-hop"
+
+const SECRET = randomBytes(24).toString("base64url")
+
+/** Marks a request this process hands on from the proxy or the TLS listener. */
+export const hopMark = (via: Exclude<Policy.Via, "direct">): string => `${SECRET} ${via}`
+
+/** How a request came, from its hop mark (removed from `headers`); `forged` for a mark that is not ours. */
+export const takeVia = (headers: Record<string, unknown>): Policy.Via | "forged" => {
+  const mark = headers[HOP_HEADER]
+  if (mark === undefined) return "direct"
+  delete headers[HOP_HEADER]
+  if (typeof mark !== "string") return "forged"
+  const [secret, via] = mark.split(" ")
+  if (secret === undefined || !Policy.sameToken(secret, SECRET)) return "forged"
+  return via === "proxy" || via === "tls" ? via : "forged"
+}
+
+/** What a listener is, for the policy. */
+export interface Listener {
+  readonly secure: boolean
+  /** Cursor is pointed at it by name (the TLS listener). */
+  readonly cursorListener: boolean
+}
+
+export const PLAIN: Listener = { secure: false, cursorListener: false }
+export const CURSOR_TLS: Listener = { secure: true, cursorListener: true }
+
+export type Refusal = Extract<Policy.Verdict, { _tag: "Refuse" }>
+
+export interface DoorService {
+  /** Checks a request: true lets it through (its hop mark removed); false means it was answered. */
+  readonly http1: (request: Http.IncomingMessage, response: Http.ServerResponse, listener?: Listener) => boolean
+  /** The same for an HTTP/2 stream not yet responded to. */
+  readonly http2: (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders, listener: Listener) => boolean
+}
+
+export class Door extends Context.Tag("cursor-byok/transport/Door")<Door, DoorService>() {}
+
+const header = (value: string | Array<string> | undefined): string | undefined => (Array.isArray(value) ? value[0] : value)
+
+const FORGED: Refusal = { _tag: "Refuse", status: 403, cause: "host", message: "this request carries a hop mark that is not this server's" }
+
+/** The verdict on a request's headers as they arrived (the hop mark is taken out of them). */
+const verdictOf = (
+  settings: Policy.PolicySettings,
+  method: string,
+  url: string,
+  headers: Http.IncomingHttpHeaders | Http2.IncomingHttpHeaders,
+  localPort: number | undefined,
+  listener: Listener
+): Policy.Verdict => {
+  const via = takeVia(headers as Record<string, unknown>)
+  if (via === "forged") return FORGED
+  const query = url.indexOf("?")
+  return Policy.check(settings, {
+    method,
+    path: query === -1 ? url : url.slice(0, query),
+    query: query === -1 ? "" : url.slice(query + 1),
+    host: header(headers[":authority"] as string | undefined) ?? header(headers.host),
+    origin: header(headers.origin),
+    contentType: header(headers["content-type"]),
+    authorization: header(headers.authorization),
+    tokenHeader: header(headers["x-byok-token"]),
+    localPort,
+    secure: listener.secure,
+    cursorListener: listener.cursorListener,
+    via
+  })
+}
+
+const bodyOf = (refusal: Refusal) =>
+  JSON.stringify({ code: refusal.status === 401 ? "unauthenticated" : refusal.status === 415 ? "invalid_argument" : "permission_denied", message: refusal.message })
+
+/** A door over settings read at each request; `log` writes a refusal's line (rate-limited here). */
+export const make = (settings: () => Policy.PolicySettings, log: (line: string) => void, now: () => number = Date.now): DoorService => {
+  const lastLogged = new Map<string, { at: number; suppressed: number }>()
+  const note = (refusal: Refusal, method: string, url: string) => {
+    const at = now()
+    const last = lastLogged.get(refusal.cause)
+    if (last !== undefined && at - last.at < 60_000) {
+      last.suppressed += 1
+      return
+    }
+    lastLogged.set(refusal.cause, { at, suppressed: 0 })
+    const more = last !== undefined && last.suppressed > 0 ? ` (${last.suppressed} more refused for this cause in the last minute)` : ""
+    log(`request refused (${refusal.cause}): ${method} ${url.split("?")[0]}: ${refusal.message}${more}`)
+  }
+  return {
+    http1: (request, response, listener = PLAIN) => {
+      const verdict = verdictOf(settings(), request.method ?? "GET", request.url ?? "/", request.headers, request.socket?.localPort, listener)
+      if (verdict._tag === "Pass") return true
+      note(verdict, request.method ?? "GET", request.url ?? "/")
+      const body = bodyOf(verdict)
+      if (!response.headersSent) {
+        response.writeHead(verdict.status, {
+          "content-type": "application/json",
+          "content-length": Buffer.byteLength(body),
+          ...(verdict.status === 401 ? { "www-authenticate": "Bearer" } : {})
+        })
+      }
+      response.end(body)
+      // An unread body is not waited for: the connection closes after the answer.
+      request.resume()
+      return false
+    },
+    http2: (stream, headers, listener) => {
+      const method = String(headers[":method"] ?? "GET")
+      const url = String(headers[":path"] ?? "/")
+      const verdict = verdictOf(settings(), method, url, headers, stream.session?.socket?.localPort, listener)
+      if (verdict._tag === "Pass") return true
+      note(verdict, method, url)
+      if (!stream.destroyed && !stream.headersSent) {
+        stream.respond({ ":status": verdict.status, "content-type": "application/json" })
+        stream.end(bodyOf(verdict))
+      }
+      return false
+    }
+  }
+}
+
+/** The policy's settings from a configuration. */
+export const settingsOf = (config: { readonly host: string; readonly allowedHosts: ReadonlyArray<string>; readonly console: { readonly token: Policy.PolicySettings["token"] } }): Policy.PolicySettings => ({
+  bindHost: config.host,
+  allowedHosts: config.allowedHosts,
+  token: config.console.token
+})
+
+/** The door over the running configuration (a reload's allowed hosts and token apply to the next request). */
+export const layer: Layer.Layer<Door, never, LiveConfig> = Layer.effect(Door, Effect.gen(function*() {
+  const { current } = yield* LiveConfig
+  const runtime = yield* Effect.runtime<never>()
+  return make(() => settingsOf(current()), (line) => void Runtime.runFork(runtime)(Effect.logWarning(line)))
+}))
