@@ -11,6 +11,7 @@ import * as First from "./first.js"
 import * as Latency from "./latency.js"
 import * as Memory from "./memory.js"
 import * as Proxy from "./proxy.js"
+import * as ProxyLeaves from "./proxyLeaves.js"
 import * as Segments from "./segments.js"
 import * as Soak from "./soak.js"
 import * as Sse from "./sse.js"
@@ -29,6 +30,7 @@ const benches: Record<string, () => Promise<string>> = {
   memory: async () => (await Memory.run({ afterSweep: true })).markdown,
   cost: async () => (await Cost.run()).markdown,
   proxy: async () => (await Proxy.run()).markdown,
+  proxyLeaves: async () => (await ProxyLeaves.run()).markdown,
   // Ten minutes: last, so the figures above come first.
   soak: async () => (await Soak.run()).markdown
 }

@@ -67,7 +67,7 @@ export const Limits = Schema.Struct({
   /** How far ahead of the next expected seqno a BidiAppend may be held. */
   appendWindow: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1024 }),
   /** Open connections one listener keeps; past it a new one is answered 503 and closed. */
-  maxConnections: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1024 }),
+  maxConnections: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 4096 }),
   /** How long a client has to send a request's headers (from the connection's start, or the previous request's end). */
   headersTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 20_000 }),
   /** How long an idle keep-alive connection (HTTP/1.1, or HTTP/2 without streams) is kept open. */
@@ -393,7 +393,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
   const defaultModel = file.defaultModel ?? models[0]?.id
   const consoleToken = env["BYOK_CONSOLE_TOKEN"] ?? file.console.token
   if (!isLoopback(host)) {
-    notices.push(`listening on ${host}, which is not a loopback address: every request but /healthz needs the token (the proxy stays on 127.0.0.1)`)
+    notices.push(`listening on ${host}, which is not a loopback address: every request but /healthz needs the token`)
   }
   if (!isLoopback(host) && consoleToken === undefined) {
     notices.push(`no token is set (console.token or BYOK_CONSOLE_TOKEN): every request to ${host} but /healthz is refused until one is`)

@@ -9,7 +9,7 @@ import * as HttpServer from "@effect/platform/HttpServer"
 import { Effect, Layer } from "effect"
 import type * as Http from "node:http"
 import type { ServerConfig } from "./Config.js"
-import { ConfigError } from "./Config.js"
+import { ConfigError, isLoopback } from "./Config.js"
 import * as Ca from "./hookup/Ca.js"
 import * as Proxy from "./hookup/Proxy.js"
 import { makeForwarder } from "./hookup/proxy/Forward.js"
@@ -63,7 +63,8 @@ export const layerListeners = (config: ServerConfig, tls: Run.Http2Options["tls"
     const target = {
       _tag: "Local" as const,
       address: { host: config.host, port: address._tag === "TcpAddress" ? address.port : config.port },
-      http2: false
+      http2: false,
+      via: "tls" as const
     }
     const forwarder = makeForwarder({ upstream: undefined, originCa: undefined })
     yield* Effect.addFinalizer(() => Effect.sync(() => forwarder.close()))
@@ -71,6 +72,7 @@ export const layerListeners = (config: ServerConfig, tls: Run.Http2Options["tls"
       host: config.host,
       cleartextPort: config.http2.cleartextPort,
       tls,
+      limits: config.limits,
       others: {
         http1: dispatch,
         http2: (stream, headers) => forwarder.forwardStream(stream, headers, target)
@@ -86,7 +88,11 @@ export const upstreamOf = (config: ServerConfig): Effect.Effect<UpstreamProxy | 
     : Effect.succeed({ ...parsed, bypass: config.proxy.noProxy })
 }
 
-/** The proxy in front of this server's listeners as bound (the HTTP/1.1 port, and h2c for `Run`). */
+/**
+ * The proxy in front of this server's listeners as bound (the HTTP/1.1 port, and h2c for `Run`).
+ * It listens on 127.0.0.1 whatever `host` the server is on: a non-loopback proxy would be an
+ * open CONNECT proxy for the network.
+ */
 export const layerProxy = (config: ServerConfig, authority: Ca.Authority, dispatch: Dispatch) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     if (config.proxy.port === undefined) return Layer.succeed(Proxy.ProxyEndpoint, { port: undefined })
@@ -96,12 +102,19 @@ export const layerProxy = (config: ServerConfig, authority: Ca.Authority, dispat
       port: address._tag === "TcpAddress" ? address.port : config.port,
       h2cPort: (yield* Run.Http2Endpoints).cleartextPort
     }
+    // This server's own listeners, from this machine: on a wildcard host, by loopback.
+    const localHost = config.host === "0.0.0.0" ? "127.0.0.1" : config.host === "::" || config.host === "[::]" ? "::1" : config.host
+    if (!isLoopback(config.host)) {
+      yield* Effect.logWarning(`the proxy listens on ${Proxy.PROXY_HOST} only, not on ${config.host}: it serves Cursor on this machine`)
+    }
     return Proxy.layer({
-      host: config.host,
+      host: Proxy.PROXY_HOST,
       port: config.proxy.port,
       authority,
       routing: { local: new Set(SideRpcs.localProcedures), offline: config.proxy.offline },
-      local: { host: config.host, port: local.port, h2cPort: local.h2cPort, dispatch },
-      upstream
+      local: { host: localHost, port: local.port, h2cPort: local.h2cPort, dispatch },
+      upstream,
+      maxConnections: config.limits.maxConnections,
+      idleHandshakeMs: config.limits.headersTimeoutMs
     })
   }))

@@ -31,7 +31,7 @@ import * as Transport from "./Transport.js"
 import * as Web from "./Web.js"
 import * as Door from "./transport/Door.js"
 import * as Front from "./transport/Front.js"
-import { type ConnectionLimits, defaultConnectionLimits } from "./transport/Limits.js"
+import { capConnections, type ConnectionLimits, defaultConnectionLimits } from "./transport/Limits.js"
 import * as SideRpcs from "./transport/SideRpcs.js"
 
 /** A tool call's kind, and whether a restart may run it again (reads) or must not (shell, writes, MCP). */
@@ -90,8 +90,7 @@ export const listenOptions = (port: number, host: string) => ({ port, host, back
  * client does not send an append on a socket the server is closing at that moment).
  */
 export const makeHttpServer = (limits: ConnectionLimits = defaultConnectionLimits) => {
-  const server = new Front.FrontedServer({ connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs) })
-  server.maxOpenConnections = limits.maxConnections
+  const server = capConnections(new Front.FrontedServer({ connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs) }), limits.maxConnections)
   server.keepAliveTimeout = limits.idleTimeoutMs
   server.headersTimeout = limits.headersTimeoutMs
   server.requestTimeout = Math.max(300_000, limits.headersTimeoutMs)
@@ -238,9 +237,13 @@ export const layer = (config: ServerConfig, source?: ConfigSource) =>
     const authority = Hookup.needsCa(config) ? yield* Hookup.authorityFor(config) : undefined
     const tls = yield* Hookup.listenerTls(config, authority)
     // One Node server: the proxy and the TLS listener hand HTTP/1.1 requests to it in process,
-    // marked (`transport/Door.ts`); until its door is installed it answers 503.
+    // marked (`transport/Door.ts`); until every listener is bound it answers 503.
     const httpServer = makeHttpServer(config.limits)
-    httpServer.closedUntilGated = true
+    httpServer.accepting = false
+    const accepting = Layer.scopedDiscard(Effect.acquireRelease(
+      Effect.sync(() => void (httpServer.accepting = true)),
+      () => Effect.sync(() => void (httpServer.accepting = false))
+    ))
     const dispatchFrom = (via: "proxy" | "tls"): Hookup.Dispatch => (request, response) => {
       request.headers[Door.HOP_HEADER] = Door.hopMark(via)
       httpServer.emit("request", request, response)
@@ -249,7 +252,8 @@ export const layer = (config: ServerConfig, source?: ConfigSource) =>
     const proxy = authority === undefined
       ? Layer.succeed(Hookup.Proxy.ProxyEndpoint, { port: undefined })
       : Hookup.layerProxy(config, authority, dispatchFrom("proxy")).pipe(Layer.provide(listeners))
-    return Layer.merge(proxy, listeners).pipe(
+    return accepting.pipe(
+      Layer.provideMerge(Layer.merge(proxy, listeners)),
       Layer.provideMerge(source === undefined ? layerApp(config) : layerAppWatched(config, source)),
       Layer.provideMerge(layerHttpOn(httpServer, listenOptions(config.port, config.host))),
       Layer.provide(NodeHttpClient.dispatcherLayer)

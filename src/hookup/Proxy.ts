@@ -6,6 +6,10 @@
  * server or to the real host unchanged (`proxy/Forward.ts`). Every other CONNECT is a byte-for-
  * byte tunnel, never decrypted. With an upstream proxy, tunnels and forwards go through it.
  *
+ * The proxy listens on 127.0.0.1 only, whatever host the server itself is on: it is never an
+ * open proxy for the network. Its TLS endpoints are kept per canonical host name, for the most
+ * recently used names only (`proxy/Leaves.ts`).
+ *
  * A connection that misbehaves (garbage instead of CONNECT, a target that refuses, a handshake
  * that stops half way, a client that never sends) is closed with a log line; the proxy serves
  * everyone else on.
@@ -18,17 +22,22 @@ import type * as Net from "node:net"
 import type * as Stream from "node:stream"
 import type * as Tls from "node:tls"
 import { ConfigError } from "../Config.js"
+import { capConnections, defaultConnectionLimits } from "../transport/Limits.js"
 import { RUN_PATH } from "../transport/Run.js"
 import * as Ca from "./Ca.js"
 import type { ClientRequest, ClientResponse, Forwarder } from "./proxy/Forward.js"
 import { makeForwarder } from "./proxy/Forward.js"
+import { canonicalName, makeEndpointCache } from "./proxy/Leaves.js"
 import type { RoutingTable } from "./proxy/Routing.js"
 import { isInterceptedHost, pathOf, routeOf } from "./proxy/Routing.js"
 import type { Address, UpstreamProxy } from "./proxy/Upstream.js"
 import { bypasses, openTcp } from "./proxy/Upstream.js"
 
+/** Where the proxy listens, always: Cursor on this machine is its only client. */
+export const PROXY_HOST = "127.0.0.1"
+
 export interface ProxyOptions {
-  readonly host: string
+  readonly host?: typeof PROXY_HOST | undefined
   /** 0: an ephemeral port. */
   readonly port: number
   readonly authority: Ca.Authority
@@ -50,11 +59,19 @@ export interface ProxyOptions {
   readonly originCa?: ReadonlyArray<string> | undefined
   /** A client that sends nothing (no CONNECT head, no TLS handshake) this long is closed. */
   readonly idleHandshakeMs?: number | undefined
+  /** Open client connections past which a new one gets 503 (`limits.maxConnections`). */
+  readonly maxConnections?: number | undefined
 }
 
 /** The proxy's bound port; undefined when the proxy is off. */
 export class ProxyEndpoint extends Context.Tag("cursor-byok/hookup/ProxyEndpoint")<ProxyEndpoint, {
   readonly port: number | undefined
+  /** The address it is bound to (`PROXY_HOST`), when on. */
+  readonly host?: string | undefined
+  /** TLS endpoints for intercepted hosts kept now (tests). */
+  readonly interceptorsKept?: (() => number) | undefined
+  /** Client and outgoing sockets open now (tests). */
+  readonly socketsOpen?: (() => number) | undefined
 }>() {}
 
 const ESTABLISHED = "HTTP/1.1 200 Connection Established\r\n\r\n"
@@ -122,16 +139,11 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
       return server
     }
 
-    /** One endpoint per intercepted host, made on its first CONNECT and again a day before its leaf expires. */
-    const interceptors = new Map<string, { readonly server: Promise<Http2.Http2SecureServer>; readonly renewAt: number }>()
-    const interceptor = (host: string) => {
-      const current = interceptors.get(host)
-      if (current !== undefined && current.renewAt > Date.now()) return current.server
-      const server = Effect.runPromise(Ca.issueLeaf(options.authority, [host])).then(endpoint(host))
-      interceptors.set(host, { server, renewAt: Date.now() + (Ca.LEAF_VALIDITY_DAYS - 1) * 86_400_000 })
-      server.catch(() => interceptors.delete(host))
-      return server
-    }
+    /** One endpoint per intercepted name, made on its first CONNECT and again a day before its leaf expires; the most recently used kept. */
+    const interceptors = makeEndpointCache({
+      make: (name) => Effect.runPromise(Ca.issueLeaf(options.authority, [name])).then(endpoint(name)),
+      renewAfterMs: (Ca.LEAF_VALIDITY_DAYS - 1) * 86_400_000
+    })
 
     const tunnel = (client: Stream.Duplex, target: Address, head: Buffer) => {
       openTcp(resolve(target), options.upstream, { name: target.host }).then((remote) => {
@@ -160,14 +172,19 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
         return refuse(client, "400 Bad Request", `CONNECT takes host:port, not ${request.url}\n`)
       }
       if (!(isInterceptedHost(target.host) && target.port === 443)) return tunnel(client, target, head)
-      interceptor(target.host).then((server) => {
+      // One leaf and one endpoint per name, however the client spelled it.
+      const name = canonicalName(target.host)
+      interceptors.get(name).then((server) => {
         if (client.destroyed) return
         client.write(ESTABLISHED)
         if (head.length > 0) client.unshift(head)
+        // The HTTP server's sockets allow half-open; the TLS socket over one inherits it, and would stay
+        // open (holding this endpoint) after a client that went away, mid-handshake or without a GOAWAY.
+        client.allowHalfOpen = false
         server.emit("connection", client)
       }, (error: Error) => {
-        log(`no leaf for ${target.host}: ${error.message}`)
-        refuse(client, "502 Bad Gateway", `cannot intercept ${target.host}: ${error.message}\n`)
+        log(`no leaf for ${name}: ${error.message}`)
+        refuse(client, "502 Bad Gateway", `cannot intercept ${name}: ${error.message}\n`)
       })
     }
 
@@ -205,7 +222,10 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
       request.pipe(outgoing)
     }
 
-    const server = HttpServer.createServer({ connectionsCheckingInterval: Math.min(1_000, idleMs), headersTimeout: idleMs, requestTimeout: 0 })
+    const server = capConnections(
+      HttpServer.createServer({ connectionsCheckingInterval: Math.min(1_000, idleMs), headersTimeout: idleMs, requestTimeout: 0 }),
+      options.maxConnections ?? defaultConnectionLimits.maxConnections
+    )
     server.on("connect", onConnect)
     server.on("request", onPlainRequest)
     server.on("clientError", (error: NodeJS.ErrnoException, socket: Net.Socket) => {
@@ -214,14 +234,15 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
     })
     server.on("connection", (socket: Net.Socket) => track(socket))
 
+    const host = options.host ?? PROXY_HOST
     const port = yield* Effect.async<number, ConfigError>((resume) => {
       server.once("error", (error: NodeJS.ErrnoException) =>
         resume(Effect.fail(new ConfigError({
           message: error.code === "EADDRINUSE"
-            ? `the proxy port ${options.host}:${options.port} is in use: choose another (proxy.port or BYOK_PROXY_PORT, or off)`
-            : `the proxy could not listen on ${options.host}:${options.port}: ${error.message}`
+            ? `the proxy port ${host}:${options.port} is in use: choose another (proxy.port or BYOK_PROXY_PORT, or off)`
+            : `the proxy could not listen on ${host}:${options.port}: ${error.message}`
         }))))
-      server.listen({ port: options.port, host: options.host, backlog: 1024 }, () => resume(Effect.succeed((server.address() as Net.AddressInfo).port)))
+      server.listen({ port: options.port, host, backlog: 1024 }, () => resume(Effect.succeed((server.address() as Net.AddressInfo).port)))
     })
     yield* Effect.addFinalizer(() =>
       Effect.async<void>((resume) => {
@@ -230,5 +251,5 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
         server.close(() => resume(Effect.void))
       })
     )
-    return { port }
+    return { port, host, interceptorsKept: interceptors.size, socketsOpen: () => open.size }
   }))

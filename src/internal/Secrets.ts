@@ -14,7 +14,6 @@
  */
 import { Effect, Redacted } from "effect"
 import type { Scope } from "effect"
-import type { ServerConfig } from "../Config.js"
 
 export interface Secret {
   readonly value: string
@@ -24,10 +23,21 @@ export interface Secret {
 
 export const MIN_SECRET_LENGTH = 8
 
-/** The parts of a configuration holding secrets (a `ServerConfig` is one). */
+/** The parts of a configuration holding secrets (a `ServerConfig` is one), as plain shapes: this module imports no configuration. */
 export interface SecretSource {
-  readonly router: { readonly providers: ReadonlyArray<ServerConfig["router"]["providers"][number]> }
-  readonly web?: { readonly search: { readonly backend: ServerConfig["web"]["search"]["backend"] } }
+  readonly router: {
+    readonly providers: ReadonlyArray<{
+      readonly id: string
+      readonly apiKey: Redacted.Redacted<string>
+      readonly headers: Readonly<Record<string, string>>
+      readonly secretHeaders?: ReadonlyArray<string> | undefined
+    }>
+  }
+  readonly web?: {
+    readonly search: {
+      readonly backend: { readonly name: "searxng" } | { readonly name: "brave" | "tavily"; readonly apiKey: Redacted.Redacted<string> } | undefined
+    }
+  }
 }
 
 /** The secrets of a configuration: provider keys (one marker naming every provider sharing a key), secret header values, the search backend's key. */

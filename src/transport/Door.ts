@@ -117,7 +117,7 @@ export const make = (settings: () => Policy.PolicySettings, log: (line: string) 
         })
       }
       response.end(body)
-      // An unread body is not waited for: the connection closes after the answer.
+      // The body is drained unread, so the connection can serve the client's next request.
       request.resume()
       return false
     },

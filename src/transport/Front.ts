@@ -22,7 +22,6 @@ import { Cause, Context, Effect, Exit, FiberSet, Layer, Option } from "effect"
 import type { Fiber } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { Server as HttpServer } from "node:http"
-import type { Socket } from "node:net"
 import { URGENT } from "../internal/Scheduler.js"
 import { BIDI_APPEND_PATH, joinFrames, RUN_SSE_PATH, Transport } from "../Transport.js"
 import type { TransportService } from "../Transport.js"
@@ -40,43 +39,27 @@ export type FrontHandler = (request: IncomingMessage, response: ServerResponse) 
 
 /**
  * A Node HTTP server whose `request` events go through its door (`transport/Door.ts`), then its
- * front, when they are installed. `closedUntilGated`: until a door is installed every request
- * is answered 503 (the server's own listener opens before its application is built).
+ * front, when they are installed. While `accepting` is false every request is answered 503: the
+ * server's own listener opens before the rest of the server is built, and closes after.
  */
 export class FrontedServer extends HttpServer {
   front: FrontHandler | undefined = undefined
   door: FrontHandler | undefined = undefined
-  closedUntilGated = false
-  /** Open connections past which a new one is answered 503 and closed. */
-  maxOpenConnections = Number.POSITIVE_INFINITY
-  private open = 0
+  accepting = true
 
   override emit(event: string | symbol, ...args: Array<any>): boolean {
-    if (event === "connection") {
-      const socket = args[0] as Socket
-      if (this.open >= this.maxOpenConnections) return refuseConnection(socket, this.maxOpenConnections)
-      this.open += 1
-      socket.once("close", () => this.open -= 1)
-    } else if (event === "request") {
+    if (event === "request") {
       const request = args[0] as IncomingMessage
       const response = args[1] as ServerResponse
-      if (this.door === undefined ? this.closedUntilGated && starting(request, response) : !this.door(request, response)) return true
+      if (!this.accepting) return starting(request, response)
+      if (this.door !== undefined && !this.door(request, response)) return true
       if (this.front !== undefined && this.front(request, response)) return true
     }
     return super.emit(event as string, ...args)
   }
 }
 
-/** A connection past the cap: a readable 503, then closed (Node's own `maxConnections` drops it without a word). */
-const refuseConnection = (socket: Socket, max: number) => {
-  const body = JSON.stringify({ code: "unavailable", message: `this listener has ${max} connections open, its limit (limits.maxConnections); try again later` })
-  socket.on("error", () => undefined)
-  socket.end(`HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nretry-after: 1\r\nconnection: close\r\n\r\n${body}`)
-  setTimeout(() => socket.destroy(), 1_000).unref()
-  return true
-}
-
-const STARTING = JSON.stringify({ code: "unavailable", message: "the server is starting; try again in a moment" })
+const STARTING = JSON.stringify({ code: "unavailable", message: "the server is starting or stopping; try again in a moment" })
 
 const starting = (request: IncomingMessage, response: ServerResponse) => {
   response.writeHead(503, { "content-type": "application/json", "content-length": Buffer.byteLength(STARTING), "retry-after": "1" })

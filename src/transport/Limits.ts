@@ -1,3 +1,5 @@
+import type * as Net from "node:net"
+
 /** What bounds each listener's connections (`limits` in the configuration; the README's "Security model"). */
 export interface ConnectionLimits {
   /** Open connections one listener keeps; past it a new one is answered 503 (HTTP/1.1, h2c) or closed (TLS). */
@@ -11,7 +13,7 @@ export interface ConnectionLimits {
 }
 
 export const defaultConnectionLimits: ConnectionLimits = {
-  maxConnections: 1024,
+  maxConnections: 4096,
   headersTimeoutMs: 20_000,
   idleTimeoutMs: 65_000,
   http2MaxConcurrentStreams: 1000
@@ -26,3 +28,33 @@ export const http2Settings = (limits: ConnectionLimits) => ({
   maxConcurrentStreams: limits.http2MaxConcurrentStreams,
   maxHeaderListSize: HTTP2_MAX_HEADER_LIST_BYTES
 })
+
+/** The raw HTTP/1.1 answer a connection past a listener's cap gets before it is closed. */
+export const overCapacityResponse = (max: number): string => {
+  const body = JSON.stringify({ code: "unavailable", message: `this listener has ${max} connections open, its limit (limits.maxConnections); try again later` })
+  return `HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nretry-after: 1\r\nconnection: close\r\n\r\n${body}`
+}
+
+/**
+ * Caps `server`'s open connections at `max`: one past it is answered `overCapacityResponse` and
+ * closed before any listener sees it (Node's own `maxConnections` drops it without a word).
+ */
+export const capConnections = <S extends Net.Server>(server: S, max: number): S => {
+  let open = 0
+  const emit = server.emit.bind(server)
+  server.emit = ((event: string | symbol, ...args: Array<any>) => {
+    if (event === "connection") {
+      const socket = args[0] as Net.Socket
+      if (open >= max) {
+        socket.on("error", () => undefined)
+        socket.end(overCapacityResponse(max))
+        setTimeout(() => socket.destroy(), 1_000).unref()
+        return true
+      }
+      open += 1
+      socket.once("close", () => open -= 1)
+    }
+    return emit(event, ...args)
+  }) as S["emit"]
+  return server
+}

@@ -88,6 +88,9 @@ const hostAllowed = (settings: PolicySettings, facts: RequestFacts, header: stri
   return facts.via !== "direct" || facts.localPort === undefined || port === facts.localPort
 }
 
+/** Cursor's web origins (`https://cursor.com`, its subdomains, its API hosts). */
+const isCursorOrigin = (name: string) => name === "cursor.com" || name.endsWith(".cursor.com") || name.endsWith(".cursor.sh")
+
 /** Schemes of Cursor's own app and webviews, whose requests are Cursor's. */
 const APP_SCHEMES = ["vscode-file:", "vscode-webview:"]
 
@@ -103,6 +106,8 @@ const originAllowed = (settings: PolicySettings, facts: RequestFacts): boolean =
   }
   if (APP_SCHEMES.includes(url.protocol)) return true
   if (url.protocol !== "http:" && url.protocol !== "https:") return true
+  // In Cursor's place (through the proxy, on the TLS listener) Cursor's own web origins are ours.
+  if ((facts.via !== "direct" || facts.cursorListener) && url.protocol === "https:" && isCursorOrigin(url.hostname)) return true
   // The server's own pages: the Origin names the host this request was addressed to.
   return url.host === (facts.host ?? "").trim().toLowerCase() && hostAllowed(settings, facts, url.host)
 }
@@ -166,19 +171,19 @@ export const check = (settings: PolicySettings, facts: RequestFacts): Verdict =>
       _tag: "Refuse",
       status: 403,
       cause: "host",
-      message: `Host ${JSON.stringify(facts.host ?? "")} is not this server's: address it as localhost, 127.0.0.1 or [::1] with its port` +
+      message: `Host ${JSON.stringify((facts.host ?? "").slice(0, 100))} is not this server's: address it as localhost, 127.0.0.1 or [::1] with its port` +
         (isLoopbackBind(settings.bindHost) ? "" : ", or add the name to allowedHosts")
     }
   }
   if (!originAllowed(settings, facts)) {
-    return { _tag: "Refuse", status: 403, cause: "origin", message: `requests from web pages (Origin ${facts.origin}) are refused: this server serves Cursor, not browsers` }
+    return { _tag: "Refuse", status: 403, cause: "origin", message: `requests from web pages (Origin ${JSON.stringify(facts.origin?.slice(0, 100))}) are refused: this server serves Cursor, not browsers` }
   }
   if (facts.method !== "GET" && facts.method !== "HEAD" && !isPageRoute(facts.path) && !RPC_MEDIA_TYPES.has(mediaTypeOf(facts.contentType))) {
     return {
       _tag: "Refuse",
       status: 415,
       cause: "content-type",
-      message: `${facts.path} takes the Connect, gRPC or gRPC-Web protocol (application/proto, application/connect+proto, application/grpc...), not ${facts.contentType === undefined || facts.contentType === "" ? "a body without a content type" : facts.contentType}`
+      message: `${facts.path.slice(0, 200)} takes the Connect, gRPC or gRPC-Web protocol (application/proto, application/connect+proto, application/grpc...), not ${facts.contentType === undefined || facts.contentType === "" ? "a body without a content type" : JSON.stringify(facts.contentType.slice(0, 100))}`
     }
   }
   return tokenVerdict(settings, facts)

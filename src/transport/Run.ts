@@ -26,7 +26,7 @@ import { joinFrames, Transport } from "../Transport.js"
 import type { TransportService } from "../Transport.js"
 import { ConnectError, endStreamFrame, FLAG_END_STREAM, httpStatusOf, splitEnvelopes } from "./Connect.js"
 import { CURSOR_TLS, Door, type Listener, PLAIN } from "./Door.js"
-import { type ConnectionLimits, defaultConnectionLimits, http2Settings } from "./Limits.js"
+import { capConnections, type ConnectionLimits, defaultConnectionLimits, http2Settings } from "./Limits.js"
 import { parentLinkOf } from "./Subagents.js"
 import { URGENT } from "../internal/Scheduler.js"
 
@@ -59,11 +59,6 @@ export class Http2Endpoints extends Context.Tag("cursor-byok/transport/Http2Endp
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
-/** What a connection past the h2c listener's cap gets. */
-const overCapacity = (max: number) => {
-  const body = JSON.stringify({ code: "unavailable", message: `this listener has ${max} connections open, its limit (limits.maxConnections); try again later` })
-  return `HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
-}
 
 /** What an HTTP/1.1 client gets on an HTTP/2 port: a Connect error it can read. */
 const http1RefusalBody = (port: string) =>
@@ -237,13 +232,9 @@ export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Config
       h2.setTimeout(limits.idleTimeoutMs)
       const sessions = trackSessions(h2)
       h2.on("stream", onStream(transport, runFork, gateOf(PLAIN)))
-      let open = 0
       // Prior knowledge: HTTP/2 starts with its preface; anything else is an HTTP/1.1 client, refused readably.
-      const server = Net.createServer((socket) => {
+      const server = capConnections(Net.createServer((socket) => {
         socket.on("error", () => undefined)
-        if (open >= limits.maxConnections) return void socket.end(overCapacity(limits.maxConnections))
-        open += 1
-        socket.once("close", () => open -= 1)
         // A client that sends nothing is not kept.
         socket.setTimeout(limits.headersTimeoutMs, () => socket.destroy())
         socket.once("data", (first: Buffer) => {
@@ -259,7 +250,7 @@ export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Config
             socket.end(http1Refusal(String(cleartextPort)))
           }
         })
-      })
+      }), limits.maxConnections)
       cleartextPort = yield* listen(server, options.host, options.cleartextPort, "h2c")
       yield* Effect.addFinalizer(() => close(server, sessions))
     }

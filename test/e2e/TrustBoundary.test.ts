@@ -206,15 +206,17 @@ describe("Trust boundary (server process)", () => {
       }
     }), { timeout: 90_000 })
 
-  it.scopedLive("connections are bounded: a silent socket and an idle keep-alive one are closed, past the cap a readable 503, on HTTP/1.1 and h2c", () =>
+  it.scopedLive("connections are bounded: a silent socket and an idle keep-alive one are closed, past the cap a readable 503, on HTTP/1.1, h2c and the proxy", () =>
     Effect.gen(function*() {
       const provider = yield* FakeProvider.make
+      const proxyPort = yield* Effect.promise(() => ChildServer.freePort())
       const child = yield* childWith(provider, {
         h2c: true,
+        env: { BYOK_PROXY_PORT: String(proxyPort) },
         config: { http2: { tls: null }, limits: { maxConnections: 4, headersTimeoutMs: 1_500, idleTimeoutMs: 1_000 } }
       })
       const h2cPort = Number(new URL(child.h2cUrl!).port)
-      for (const port of [child.port, h2cPort]) {
+      for (const port of [child.port, h2cPort, proxyPort]) {
         const sockets = yield* Effect.promise(() => Promise.all([0, 1, 2, 3].map(() => openSocket(port))))
         // The fifth is answered and closed, readably.
         const fifth = yield* Effect.promise(() => openSocket(port))

@@ -65,6 +65,11 @@ describe("Request policy", () => {
     for (const origin of [undefined, "", "vscode-file://vscode-app", "vscode-webview://abc", `http://127.0.0.1:${PORT}`]) {
       assert.strictEqual(causeOf(Policy.check(loopback, facts({ origin }))), "pass", String(origin))
     }
+    // Cursor's web origins only where the server stands in for Cursor's hosts.
+    assert.strictEqual(causeOf(Policy.check(loopback, facts({ origin: "https://cursor.com" }))), "403 origin")
+    assert.strictEqual(causeOf(Policy.check(loopback, facts({ origin: "https://www.cursor.com", host: "api2.cursor.sh", via: "proxy" }))), "pass")
+    assert.strictEqual(causeOf(Policy.check(loopback, facts({ origin: "https://evil.example", host: "api2.cursor.sh", via: "proxy" }))), "403 origin")
+    assert.strictEqual(causeOf(Policy.check(loopback, facts({ origin: "https://cursor.com.evil.example", host: "api2.cursor.sh", via: "proxy" }))), "403 origin")
   })
 
   it("content type: only Connect, gRPC and gRPC-Web media types on RPC routes; pages and GETs take none", () => {
