@@ -7,7 +7,7 @@
  * `GEMINI_API_KEY`, `DEEPSEEK_API_KEY`) yield a default catalogue.
  */
 import * as FileSystem from "@effect/platform/FileSystem"
-import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { Config, Effect, Option, Redacted, Schema } from "effect"
 import { homedir } from "node:os"
 import { join } from "node:path"
 import { issueLines } from "./config/Issues.js"
@@ -296,8 +296,6 @@ export interface ServerConfig {
   readonly faults: FaultInjection.FaultOptions
 }
 
-export class AppConfig extends Context.Tag("cursor-byok/Config")<AppConfig, ServerConfig>() {}
-
 export class ConfigError extends Schema.TaggedError<ConfigError>("cursor-byok/ConfigError")("ConfigError", {
   message: Schema.String
 }) {}
@@ -578,7 +576,6 @@ export const loadFrom = (source: ConfigSource): Effect.Effect<ServerConfig, Conf
 /** Loads the configuration: the file if any, the environment, validated. */
 export const load: Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSystem> = Effect.flatMap(locate, loadFrom)
 
-export const layer: Layer.Layer<AppConfig, ConfigError, FileSystem.FileSystem> = Layer.effect(AppConfig, load)
 
 /** `BYOK_COMPACTION=off` (or `on`) overrides the file's `compaction.auto`. */
 const compactionAutoOf = (env: Readonly<Record<string, string | undefined>>): boolean | undefined => {

@@ -9,14 +9,12 @@
  * The sessions and the runner's gateway onto them are `transport/Sessions.ts`, which needs no
  * runner; this module binds them to the runner and serves the routes.
  */
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Context, Duration, Effect, Either, FiberSet, Layer, Option, Queue, Schedule } from "effect"
 import { Readable } from "node:stream"
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage } from "./Dialect.js"
-import { BidiAppendRequestSchema, BidiAppendResponseSchema } from "./gen/aiserver/v1/aiserver_pb.js"
 import { ClientGateway, Runner } from "./Runner.js"
 import { awaitSettled, dropHeld } from "./transport/Acks.js"
 import { accept, acceptAtOnce, makeInputEnv, noServerWork } from "./transport/ClientInput.js"
@@ -72,8 +70,7 @@ export type AttachOutput = (sink: FrameSink) => Effect.Effect<() => void>
 export const BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
 export const RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
 
-/** A BidiAppend's answer: the response message is empty. */
-const APPEND_RESPONSE = toBinary(BidiAppendResponseSchema, create(BidiAppendResponseSchema))
+const APPEND_RESPONSE = Dialect.BIDI_APPEND_RESPONSE
 
 export class Transport extends Context.Tag("cursor-byok/Transport")<Transport, TransportService>() {}
 
@@ -91,32 +88,26 @@ export const make = Effect.gen(function*() {
 
   const bidiAppend = (body: Uint8Array, parent?: Dialect.ParentLink) =>
     Effect.gen(function*() {
-      let request
-      try {
-        request = fromBinary(BidiAppendRequestSchema, body)
-      } catch (error) {
-        return yield* Effect.fail(new ConnectError("invalid_argument", `BidiAppendRequest is not valid protobuf: ${(error as Error).message}`))
-      }
-      const requestId = request.requestId?.requestId ?? ""
-      if (requestId === "") return yield* Effect.fail(new ConnectError("invalid_argument", "BidiAppendRequest.request_id is missing"))
-      if (request.appendSeqno < 0n || request.appendSeqno > BigInt(Number.MAX_SAFE_INTEGER)) {
-        return yield* Effect.fail(new ConnectError("out_of_range", `append_seqno ${request.appendSeqno} is out of range`))
+      const frame = Dialect.decodeBidiAppendFrame(body)
+      if (Either.isLeft(frame)) return yield* Effect.fail(new ConnectError("invalid_argument", frame.left.message))
+      const { requestId, appendSeqno, message } = frame.right
+      if (appendSeqno < 0n || appendSeqno > BigInt(Number.MAX_SAFE_INTEGER)) {
+        return yield* Effect.fail(new ConnectError("out_of_range", `append_seqno ${appendSeqno} is out of range`))
       }
       // A subagent's run names its parent on its requests: the session keeps it before its run request is taken.
       if (parent !== undefined) linkParent(yield* sessions.sessionFor(requestId), parent)
-      const seqno = Number(request.appendSeqno)
-      const decoded = Dialect.decodeBidiAppendRequest(request)
-      if (Either.isRight(decoded) && (yield* acceptAtOnce(env, requestId, seqno, decoded.right.message))) return APPEND_RESPONSE
-      return yield* appendFor(requestId, seqno, decoded).pipe(Effect.annotateLogs({ requestId }))
+      const seqno = Number(appendSeqno)
+      if (Either.isRight(message) && (yield* acceptAtOnce(env, requestId, seqno, message.right))) return APPEND_RESPONSE
+      return yield* appendFor(requestId, seqno, message).pipe(Effect.annotateLogs({ requestId }))
     })
 
   /** An append `acceptAtOnce` did not take: the logs of its handling carry its request id. */
-  const appendFor = (requestId: string, seqno: number, decoded: ReturnType<typeof Dialect.decodeBidiAppendRequest>) =>
+  const appendFor = (requestId: string, seqno: number, decoded: Dialect.BidiAppendFrame["message"]) =>
     Effect.gen(function*() {
       // Undecodable data still takes its seqno (the client will not send it again): logged, acknowledged, dropped.
       if (Either.isLeft(decoded)) yield* Effect.logWarning(`transport: append ${seqno} of ${requestId} dropped: ${decoded.left.message}`)
       const message: ClientMessage = Either.isRight(decoded)
-        ? decoded.right.message
+        ? decoded.right
         : Dialect.ClientMessage.Unknown({ where: "undecodable append", fields: [] })
       const accepted = yield* accept(env, requestId, seqno, message)
       // Outside the request's lock, so its other appends are not held up behind this one.

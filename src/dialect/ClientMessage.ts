@@ -3,6 +3,8 @@
  * read back), the other client messages, and the BidiAppend envelope around them.
  */
 import { Data } from "effect"
+import type { Either } from "effect"
+import type { DialectError } from "./Bytes.js"
 import type {
   AgentRunRequest,
   ConversationStateStructure,
@@ -118,4 +120,15 @@ export interface BidiEnvelope {
   /** Exact int64: seq 0 (the run request) is absent on the wire and decodes as 0n. */
   readonly appendSeqno: bigint
   readonly message: ClientMessage
+}
+
+/**
+ * A BidiAppend as the transport takes it: its request and seqno, and its message or why the
+ * message could not be read (an unreadable message still takes its seqno: the client will not
+ * send it again).
+ */
+export interface BidiAppendFrame {
+  readonly requestId: string
+  readonly appendSeqno: bigint
+  readonly message: Either.Either<ClientMessage, DialectError>
 }

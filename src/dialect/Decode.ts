@@ -1,10 +1,10 @@
 /**
- * Decoding what the client sends: a BidiAppend body (or its parsed request) to an envelope
- * `{ requestId, appendSeqno, message }`, and a RunSSE request to its request id. Never throws:
+ * Decoding what the client sends: a BidiAppend body to its frame `{ requestId, appendSeqno,
+ * message }` (and the append's empty answer), and a RunSSE request to its request id. Never throws:
  * bad bytes give a typed `DialectError`, and a oneof case from a newer client gives
  * `ClientMessage.Unknown` (log and drop).
  */
-import { fromBinary } from "@bufbuild/protobuf"
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import { Either } from "effect"
 import { AgentClientMessageSchema, AgentMode } from "../gen/agent/v1/agent_pb.js"
 import type {
@@ -14,34 +14,44 @@ import type {
   ExecClientMessage,
   KvClientMessage
 } from "../gen/agent/v1/agent_pb.js"
-import { BidiAppendRequestSchema, BidiRequestIdSchema } from "../gen/aiserver/v1/aiserver_pb.js"
+import { BidiAppendRequestSchema, BidiAppendResponseSchema, BidiRequestIdSchema } from "../gen/aiserver/v1/aiserver_pb.js"
 import type { BidiAppendRequest } from "../gen/aiserver/v1/aiserver_pb.js"
 import { fail, hexToBytes, parse, unknownFields } from "./Bytes.js"
 import type { DialectError } from "./Bytes.js"
 import { ClientMessage } from "./ClientMessage.js"
-import type { BidiEnvelope } from "./ClientMessage.js"
+import type { BidiAppendFrame, BidiEnvelope } from "./ClientMessage.js"
 import { asyncAnswersMessageOf, backgroundCompletionsMessageOf } from "./Plans.js"
 import { decodeRunRequest } from "./RunRequest.js"
 import { toLlmUserMessage } from "./UserMessage.js"
 
-/** Decodes a BidiAppend request body (already gunzipped by the transport). */
+/** Decodes a BidiAppend request body (already gunzipped by the transport): the whole of it, or the first thing wrong. */
 export const decodeBidiAppend = (body: Uint8Array): Either.Either<BidiEnvelope, DialectError> =>
-  Either.flatMap(parse("BidiAppendRequest", () => fromBinary(BidiAppendRequestSchema, body)), decodeBidiAppendRequest)
+  Either.flatMap(decodeBidiAppendFrame(body), ({ message, ...frame }) => Either.map(message, (message): BidiEnvelope => ({ ...frame, message })))
 
-/** Decodes an already parsed `BidiAppendRequest` (`data` hex, or `data_binary` raw bytes). */
-export const decodeBidiAppendRequest = (request: BidiAppendRequest): Either.Either<BidiEnvelope, DialectError> => {
-  const requestId = request.requestId?.requestId ?? ""
-  if (requestId === "") return fail("missingField", "BidiAppendRequest.request_id is missing")
+/**
+ * Decodes a BidiAppend request body to its frame: not protobuf, or no request id, is an error;
+ * a message that cannot be read (bad hex, no data, an undecodable `AgentClientMessage`) is the
+ * frame's `message` error, so its seqno is still taken.
+ */
+export const decodeBidiAppendFrame = (body: Uint8Array): Either.Either<BidiAppendFrame, DialectError> =>
+  Either.flatMap(parse("BidiAppendRequest", () => fromBinary(BidiAppendRequestSchema, body)), (request) => {
+    const requestId = request.requestId?.requestId ?? ""
+    if (requestId === "") return fail("missingField", "BidiAppendRequest.request_id is missing")
+    return Either.right({ requestId, appendSeqno: request.appendSeqno, message: messageOf(request) })
+  })
+
+/** The message of a parsed `BidiAppendRequest` (`data` hex, or `data_binary` raw bytes). */
+const messageOf = (request: BidiAppendRequest): Either.Either<ClientMessage, DialectError> => {
   if (request.appendSeqno < 0n) return fail("missingField", `BidiAppendRequest.append_seqno is negative (${request.appendSeqno})`)
   let bytes: Either.Either<Uint8Array, DialectError>
   if (request.data !== "") bytes = hexToBytes(request.data)
   else if (request.dataBinary.length > 0) bytes = Either.right(request.dataBinary)
   else return fail("missingField", "BidiAppendRequest carries neither data nor data_binary")
-  return bytes.pipe(
-    Either.flatMap(decodeClientMessage),
-    Either.map((message): BidiEnvelope => ({ requestId, appendSeqno: request.appendSeqno, message }))
-  )
+  return Either.flatMap(bytes, decodeClientMessage)
 }
+
+/** A BidiAppend's answer: the empty `BidiAppendResponse`. */
+export const BIDI_APPEND_RESPONSE: Uint8Array = toBinary(BidiAppendResponseSchema, create(BidiAppendResponseSchema))
 
 /** Decodes the RunSSE request payload (one `BidiRequestId`) to its request id. */
 export const decodeRunSseRequest = (payload: Uint8Array): Either.Either<string, DialectError> =>
