@@ -7,7 +7,7 @@
  */
 import type { ToolDefinition, ToolResultMessage } from "./Llm.js"
 import type { Policy, PromptContext, TurnSettings, TurnSubagentRun, TurnWorkspace } from "./Loop.js"
-import { mcpToolsOf, modeOfSettings } from "./Dialect.js"
+import { mcpToolsOf, modeOfSettings } from "./Loop.js"
 import { switchedModeOf, taskDefinition, toolCatalog } from "./Tools.js"
 import type { CursorMode } from "./Tools.js"
 

@@ -3,6 +3,7 @@
  * encode survives a trip through protobuf bytes with its ids, seqnos, arguments, error codes
  * and stop reasons intact; bad bytes give typed errors and never throw.
  */
+import { mcpToolsOf } from "../src/Loop.js"
 import { createHash } from "node:crypto"
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import type { MessageInitShape } from "@bufbuild/protobuf"
@@ -54,7 +55,6 @@ import {
   fromFrame,
   initialCorrelation,
   LENGTH_NOTICE,
-  mcpToolsOf,
   projectCheckpoint,
   providerFailure,
   requestIdOfSettings,

@@ -8,7 +8,8 @@ import { ConversationStateStructureSchema } from "../gen/agent/v1/agent_pb.js"
 import type { ConversationStateStructure } from "../gen/agent/v1/agent_pb.js"
 import type { Message, UserMessage } from "../Llm.js"
 import type { TurnSettings } from "../Loop.js"
-import type { CursorMode, McpToolDescriptor } from "../Tools.js"
+import { modeOfSettings } from "../Loop.js"
+import type { CursorMode } from "../Tools.js"
 
 /** The client's checkpoint as far as the turn's settings carry it (its earlier turns and todos), if the run request had one. */
 export const carriedCheckpointOf = (settings: TurnSettings): ConversationStateStructure | undefined => {
@@ -48,12 +49,6 @@ export const turnUserMessageOf = (
 
 /** The id of the Cursor user message whose run request started the turn (`""` when it had none), from the settings. */
 export const userMessageIdOf = (settings: TurnSettings): string => settings.userMessageId ?? ""
-
-/** The MCP tools a run request offered. */
-export const mcpToolsOf = (settings: TurnSettings): ReadonlyArray<McpToolDescriptor> => settings.mcpTools ?? []
-
-/** The Cursor mode of the turn; `agent` (Cursor's default) when the settings name none. */
-export const modeOfSettings = (settings: TurnSettings): CursorMode => settings.mode ?? "agent"
 
 /** The Cursor request (RunSSE request id) the turn answers, if the settings name one. */
 export const requestIdOfSettings = (settings: TurnSettings): string | undefined => settings.requestId

@@ -124,6 +124,12 @@ export const TurnSettings = Schema.Struct({
 })
 export type TurnSettings = typeof TurnSettings.Type
 
+/** The mode of the turn; `agent` (Cursor's default) when the settings name none. */
+export const modeOfSettings = (settings: TurnSettings): TurnMode => settings.mode ?? "agent"
+
+/** The MCP tools the client offered for the turn. */
+export const mcpToolsOf = (settings: TurnSettings): ReadonlyArray<TurnMcpTool> => settings.mcpTools ?? []
+
 export const PendingToolCall = Schema.Struct({
   operationId: Schema.String,
   toolCall: ToolCall

@@ -8,6 +8,7 @@
 import { Clock, Effect } from "effect"
 import * as Dialect from "../Dialect.js"
 import type { ToolResultMessage } from "../Llm.js"
+import { mcpToolsOf, modeOfSettings } from "../Loop.js"
 import type { DispatchedOperation, TurnRef } from "../Runner.js"
 import * as Tools from "../Tools.js"
 import type { QueryReply, ServerWork, ToolRun, ToolStep } from "../Tools.js"
@@ -37,10 +38,10 @@ export const isWork = (step: ToolDone | WorkToDo | undefined): step is WorkToDo 
 const doneOnly = (step: ToolDone | WorkToDo | undefined): ToolDone | undefined => (isWork(step) ? undefined : step)
 
 export const toolContext = (session: Session, turn: TurnRef | undefined, subagentModel?: string): Tools.ToolContext => ({
-  mcpTools: session.run?.mcpTools ?? (turn === undefined ? [] : Dialect.mcpToolsOf(turn.settings)),
+  mcpTools: session.run?.mcpTools ?? (turn === undefined ? [] : mcpToolsOf(turn.settings)),
   todos: session.todos,
   // The committed settings: an approved SwitchMode is in them from the next tool call on.
-  mode: turn === undefined ? "agent" : Dialect.modeOfSettings(turn.settings),
+  mode: turn === undefined ? "agent" : modeOfSettings(turn.settings),
   terminalsFolder: turn?.settings.workspace?.terminalsFolder ?? session.run?.workspace.terminalsFolder ?? "",
   subagents: {
     subagentModel: subagentModel ?? turn?.settings.model ?? "",

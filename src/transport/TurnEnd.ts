@@ -18,7 +18,7 @@ import type { TurnOutcome, TurnRef } from "../Runner.js"
 import { endFrameOf, frameOf, Lifecycle, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import { toolContext } from "./ToolOps.js"
-import { contextTokensOf } from "../Loop.js"
+import { contextTokensOf, modeOfSettings } from "../Loop.js"
 import { URGENT } from "../internal/Scheduler.js"
 
 /** How long a queued message the runner was given may take to start its turn before the stream ends anyway. */
@@ -156,7 +156,7 @@ const projectTurn = (env: SessionEnv, session: Session, turn: TurnRef, state: Co
     summaries: session.summaries,
     plans: session.plans,
     subagentRuns: session.subagentRuns,
-    mode: Dialect.modeOfSettings(state.settings ?? turn.settings),
+    mode: modeOfSettings(state.settings ?? turn.settings),
     // The context meter: what the model sees now (the last request and its answer), not the turn's sum.
     usedTokens: contextTokensOf(state),
     maxTokens: env.options.contextWindowOf(turn.settings.model),

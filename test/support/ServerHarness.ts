@@ -5,7 +5,6 @@
  */
 import { HttpLayerRouter, HttpServer } from "@effect/platform"
 import { Context, Effect, Exit, FiberRef, Layer, LogLevel, Ref, Scope } from "effect"
-import * as Dialect from "../../src/Dialect.js"
 import * as Runner from "../../src/Runner.js"
 import { layerHttp, listenOptions } from "../../src/Server.js"
 import * as Store from "../../src/Store.js"
@@ -17,6 +16,7 @@ import * as Run from "../../src/transport/Run.js"
 import { makeFakeLlm } from "./FakeRuntime.js"
 import type { LlmCallRecord, Script } from "./FakeRuntime.js"
 import type { RequestMessages } from "../../src/Llm.js"
+import { mcpToolsOf, modeOfSettings } from "../../src/Loop.js"
 
 export interface HarnessOptions {
   /** What the fake model answers, one script per model call, in order. */
@@ -55,7 +55,7 @@ export interface Harness {
 export const runnerOptions: Runner.RunnerOptions = {
   policy: {
     buildPrompt: () => "test system prompt",
-    buildTools: (context) => Tools.toolCatalog(Dialect.modeOfSettings(context.settings), Dialect.mcpToolsOf(context.settings)),
+    buildTools: (context) => Tools.toolCatalog(modeOfSettings(context.settings), mcpToolsOf(context.settings)),
     maxLlmCallsPerTurn: 20
   },
   classifyTool: (call) => {
