@@ -55,7 +55,7 @@ const promptBlobOf = (message: Message): Blob => {
 /** The id (hex) the client knows a history message by: its prompt-message blob's, as checkpoints name it. */
 export const promptIdOf = (message: Message): string => bytesToHex(promptBlobOf(message).id)
 
-export const promptMessageJson = (message: Message): string => {
+const promptMessageJson = (message: Message): string => {
   switch (message.role) {
     case "user":
       return JSON.stringify({
@@ -100,7 +100,7 @@ const parseJsonOr = (text: string): unknown => {
 }
 
 /** The JSON string Cursor expects in `pending_tool_calls` for a tool that is still running. */
-export const pendingToolCallJson = (call: ToolCall): string =>
+const pendingToolCallJson = (call: ToolCall): string =>
   JSON.stringify({
     id: "1",
     role: "assistant",

@@ -219,7 +219,7 @@ export const encodeSummary = (summary: string): AgentServerMessage => update({ c
 export const encodeSummaryCompleted = (): AgentServerMessage => update({ case: "summaryCompleted", value: {} })
 
 /** `turn_ended` with the usage summed over every model call of the request. */
-export const encodeTurnEnded = (usage: Usage): AgentServerMessage =>
+const encodeTurnEnded = (usage: Usage): AgentServerMessage =>
   update({
     case: "turnEnded",
     value: {

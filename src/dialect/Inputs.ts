@@ -68,7 +68,7 @@ const withServerTools = (settings: TurnSettings, server: TurnWebTools): TurnSett
 }
 
 /** The history the client's checkpoint names: its prompt-message blob ids (see `Checkpoint.promptIdOf`). */
-export const clientHistoryOf = (run: RunRequest): ClientHistory | undefined =>
+const clientHistoryOf = (run: RunRequest): ClientHistory | undefined =>
   run.conversationState === undefined ? undefined : { promptIds: run.conversationState.rootPromptMessagesJson.map(bytesToHex) }
 
 /** A follow-up message on a live request (queued by the loop while a turn runs, or the next turn between turns). */

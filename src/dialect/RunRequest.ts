@@ -358,7 +358,7 @@ export const SUMMARIZE_COMMAND = "glass-action-summarize"
  * typed as the message, or Cursor's summarize command picked (its text is then the
  * instructions). Undefined for any other message.
  */
-export const summarizeRequestOf = (message: CursorUserMessage): string | undefined => {
+const summarizeRequestOf = (message: CursorUserMessage): string | undefined => {
   if (message.selectedContext?.cursorCommands.some((command) => command.name === SUMMARIZE_COMMAND) === true) {
     return message.text.trim()
   }
