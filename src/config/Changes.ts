@@ -13,7 +13,8 @@ export const restartOnly = ["host", "port", "database", "http2", "proxy", "home"
 
 /** Keys read at each use (a new turn, a new request, a new model call): a change applies at once. */
 const liveKeys = [
-  "heartbeatMs", "orphanTimeoutMs", "blobAckTimeoutMs", "queuedMessageGraceMs", "maxLlmCallsPerTurn", "limits", "compaction", "defaultModel", "web", "subagentModel"
+  "heartbeatMs", "orphanTimeoutMs", "blobAckTimeoutMs", "queuedMessageGraceMs", "maxLlmCallsPerTurn", "limits", "compaction", "defaultModel", "web", "subagentModel",
+  "allowedHosts"
 ] as const satisfies ReadonlyArray<keyof ServerConfig>
 
 export interface Delta {

@@ -148,7 +148,7 @@ export const adopt = <A>(inbox: AppendInbox<A>, start: number, window: number): 
 
 /**
  * Passes over `next` in a recovered inbox that holds appends behind it (the transport decides
- * when: see `PASSING OVER GAPS AFTER A RESTART` in Transport.ts): the held appends it blocked
+ * when: see `PASSING OVER GAPS AFTER A RESTART` in Recovery.ts): the held appends it blocked
  * are ready, and the passed seqno is handed on late should it still arrive. No change to an
  * inbox that is not recovered or holds nothing.
  */
