@@ -90,6 +90,45 @@ export const parseAuthority = (target: string): Address | undefined => {
   return port > 0 && port < 65536 ? { host: (match[1] ?? match[2])!, port } : undefined
 }
 
+/** A plain-HTTP request in absolute form (`GET http://host/path`): forwarded as any proxy would. */
+const plainForwarder = (
+  upstreamProxy: UpstreamProxy | undefined,
+  resolve: (target: Address) => Address,
+  log: (message: string) => void
+) =>
+(request: Http.IncomingMessage, response: Http.ServerResponse) => {
+  let url: URL
+  try {
+    url = new URL(request.url ?? "")
+  } catch {
+    response.writeHead(400, { "content-type": "text/plain" })
+    return response.end("this is a proxy: send CONNECT host:port, or an absolute http:// URL\n")
+  }
+  if (url.protocol !== "http:") {
+    response.writeHead(400, { "content-type": "text/plain" })
+    return response.end(`only http:// URLs are proxied in plain form, not ${url.protocol}\n`)
+  }
+  const port = url.port === "" ? 80 : Number(url.port)
+  const upstream = bypasses(upstreamProxy, url.hostname) ? undefined : upstreamProxy
+  const direct = resolve({ host: url.hostname, port })
+  const outgoing = HttpServer.request({
+    ...(upstream === undefined
+      ? { host: direct.host, port: direct.port, path: `${url.pathname}${url.search}` }
+      : { host: upstream.host, port: upstream.port, path: url.href }),
+    method: request.method,
+    headers: request.headers
+  }, (answer) => {
+    response.writeHead(answer.statusCode ?? 502, answer.headers)
+    answer.pipe(response)
+  })
+  outgoing.on("error", (error) => {
+    log(`${request.method} ${url.href}: ${error.message}`)
+    if (!response.headersSent) response.writeHead(502, { "content-type": "text/plain" })
+    response.end(`cannot reach ${url.host}: ${error.message}\n`)
+  })
+  request.pipe(outgoing)
+}
+
 export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigError> =>
   Layer.scoped(ProxyEndpoint, Effect.gen(function*() {
     const runFork = yield* FiberSet.makeRuntime<never>()
@@ -188,39 +227,7 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
       })
     }
 
-    /** A plain-HTTP request in absolute form (`GET http://host/path`): forwarded as any proxy would. */
-    const onPlainRequest = (request: Http.IncomingMessage, response: Http.ServerResponse) => {
-      let url: URL
-      try {
-        url = new URL(request.url ?? "")
-      } catch {
-        response.writeHead(400, { "content-type": "text/plain" })
-        return response.end("this is a proxy: send CONNECT host:port, or an absolute http:// URL\n")
-      }
-      if (url.protocol !== "http:") {
-        response.writeHead(400, { "content-type": "text/plain" })
-        return response.end(`only http:// URLs are proxied in plain form, not ${url.protocol}\n`)
-      }
-      const port = url.port === "" ? 80 : Number(url.port)
-      const upstream = bypasses(options.upstream, url.hostname) ? undefined : options.upstream
-      const direct = resolve({ host: url.hostname, port })
-      const outgoing = HttpServer.request({
-        ...(upstream === undefined
-          ? { host: direct.host, port: direct.port, path: `${url.pathname}${url.search}` }
-          : { host: upstream.host, port: upstream.port, path: url.href }),
-        method: request.method,
-        headers: request.headers
-      }, (answer) => {
-        response.writeHead(answer.statusCode ?? 502, answer.headers)
-        answer.pipe(response)
-      })
-      outgoing.on("error", (error) => {
-        log(`${request.method} ${url.href}: ${error.message}`)
-        if (!response.headersSent) response.writeHead(502, { "content-type": "text/plain" })
-        response.end(`cannot reach ${url.host}: ${error.message}\n`)
-      })
-      request.pipe(outgoing)
-    }
+    const onPlainRequest = plainForwarder(options.upstream, resolve, log)
 
     const server = capConnections(
       HttpServer.createServer({ connectionsCheckingInterval: Math.min(1_000, idleMs), headersTimeout: idleMs, requestTimeout: 0 }),
