@@ -173,6 +173,23 @@ describe("the intercepting proxy", () => {
       expect(bypasses({ host: "p", port: 1, authorization: undefined, url: "http://p:1", bypass: ["*"] }, "anything")).toBe(true)
     }))
 
+  it.scoped("a plain-HTTP request in absolute form is forwarded as any proxy would; a path or an https URL in that form is refused readably", () =>
+    Effect.gen(function*() {
+      const plain = yield* Effect.promise(fakeLocal)
+      yield* Effect.addFinalizer(() => Effect.sync(() => plain.server.close()))
+      const { proxyPort } = yield* world({ resolve: (target) => target.host === "plain.example" ? { host: "127.0.0.1", port: plain.port } : target })
+      const forwarded = yield* Effect.promise(() =>
+        rawExchange(proxyPort, "POST http://plain.example/some/path?q=1 HTTP/1.1\r\nHost: plain.example\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"))
+      expect(forwarded).toMatch(/^HTTP\/1\.1 200/)
+      expect(forwarded).toContain("LOCAL POST /some/path?q=1\nhello")
+      const path = yield* Effect.promise(() => rawExchange(proxyPort, "GET /only/a/path HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+      expect(path).toMatch(/^HTTP\/1\.1 400/)
+      expect(path).toContain("send CONNECT host:port, or an absolute http:// URL")
+      const https = yield* Effect.promise(() => rawExchange(proxyPort, "GET https://plain.example/ HTTP/1.1\r\nHost: plain.example\r\nConnection: close\r\n\r\n"))
+      expect(https).toMatch(/^HTTP\/1\.1 400/)
+      expect(https).toContain("only http:// URLs are proxied in plain form")
+    }))
+
   it.scoped("garbage, a closed port, a half handshake and a silent client are closed; the proxy serves the next client", () =>
     Effect.gen(function*() {
       const { proxyPort, ca } = yield* world()
