@@ -68,28 +68,31 @@ const failed = (response: ClientResponse, message: string) => {
   response.end(JSON.stringify({ code: "unavailable", message }))
 }
 
+/** A TLS connection to Cursor's real host (through the upstream proxy when there is one), offering `alpn`. */
+const tlsToOrigin = (options: ForwardOptions, target: Extract<Target, { _tag: "Origin" }>, alpn: ReadonlyArray<string>) =>
+  openTcp(target.address, options.upstream, { name: target.servername }).then((socket) =>
+    new Promise<Tls.TLSSocket>((resolve, reject) => {
+      const secure = Tls.connect({
+        socket,
+        servername: target.servername,
+        ALPNProtocols: [...alpn],
+        ...(options.originCa === undefined ? {} : { ca: [...Tls.rootCertificates, ...options.originCa] })
+      })
+      secure.once("secureConnect", () => {
+        secure.removeAllListeners("error")
+        resolve(secure)
+      })
+      secure.once("error", reject)
+    })
+  )
+
 export const makeForwarder = (options: ForwardOptions) => {
   const h1Agents = new Map<string, Http.Agent>()
   const h2Sessions = new Map<string, Promise<Http2.ClientHttp2Session>>()
 
   const keyOf = (target: Target) => `${target._tag}|${target.address.host}|${target.address.port}`
 
-  const tlsTo = (target: Extract<Target, { _tag: "Origin" }>, alpn: ReadonlyArray<string>) =>
-    openTcp(target.address, options.upstream, { name: target.servername }).then((socket) =>
-      new Promise<Tls.TLSSocket>((resolve, reject) => {
-        const secure = Tls.connect({
-          socket,
-          servername: target.servername,
-          ALPNProtocols: [...alpn],
-          ...(options.originCa === undefined ? {} : { ca: [...Tls.rootCertificates, ...options.originCa] })
-        })
-        secure.once("secureConnect", () => {
-          secure.removeAllListeners("error")
-          resolve(secure)
-        })
-        secure.once("error", reject)
-      })
-    )
+  const tlsTo = (target: Extract<Target, { _tag: "Origin" }>, alpn: ReadonlyArray<string>) => tlsToOrigin(options, target, alpn)
 
   const h1Agent = (target: Target): Http.Agent => {
     const key = keyOf(target)
