@@ -21,9 +21,9 @@
  */
 import { Chunk, Context, Deferred, Effect, Exit, FiberMap, Layer, Mailbox, Option, Stream } from "effect"
 import { Llm } from "./Llm.js"
-import type { AssistantMessage, Message, ToolCall, ToolResultMessage } from "./Llm.js"
+import type { Message } from "./Llm.js"
 import { initialRuntime, makeTransition } from "./Loop.js"
-import type { ConversationState, Input, Policy } from "./Loop.js"
+import type { ConversationState, Input } from "./Loop.js"
 import { makeKeyedLock } from "./internal/KeyedLock.js"
 import { URGENT } from "./internal/Scheduler.js"
 import { Envelope, offer, priorityOf } from "./runner/Actor.js"
@@ -33,39 +33,17 @@ import { ClientGateway } from "./runner/ClientGateway.js"
 import type { StartedTurn } from "./runner/ClientGateway.js"
 import { currentTurn, findStartedTurn, historyOf, isCommitted } from "./runner/Lookup.js"
 import { recover, resume } from "./runner/Recovery.js"
+import type { RunnerOptions } from "./runner/Options.js"
 import { step, stepStream } from "./runner/Step.js"
 import { Store } from "./Store.js"
 
 export * from "./runner/ClientGateway.js"
+export type { RunnerOptions } from "./runner/Options.js"
 export { endedOutcome, turnUsageOf, UNRECORDED_FAILURE } from "./runner/Outcomes.js"
 
 // =============================================================================
 // The runner
 // =============================================================================
-
-export interface RunnerOptions {
-  readonly policy: Policy
-  /** The tool's kind and whether running it twice is harmless (decides crash recovery). */
-  readonly classifyTool: (toolCall: ToolCall) => { readonly kind: string; readonly idempotent: boolean }
-  /** The result a non-idempotent operation gets when a restart interrupted it. */
-  readonly interruptedResult: (toolCall: ToolCall) => ToolResultMessage
-  /**
-   * A non-idempotent operation a restart interrupted whose outcome the store can still tell (a
-   * Task whose subagent ran as a conversation here): its result, handed back once; none: it is
-   * reported as interrupted. Never re-runs anything.
-   */
-  readonly recoveredResult?: (toolCall: ToolCall, store: Context.Tag.Service<Store>) => Effect.Effect<ToolResultMessage | undefined>
-  /**
-   * How many conversations' committed states stay in memory between actors (most recently
-   * used first), so that a tool result does not reload and re-verify a long history.
-   */
-  readonly stateCacheSize?: number
-  /**
-   * What a committed answer cost in USD (the price of the target that answered), for the model
-   * id the call asked for, with the configured model that id names; undefined without a price.
-   */
-  readonly costOf?: (modelId: string, message: AssistantMessage) => { readonly usd: number; readonly model: string } | undefined
-}
 
 export interface RecoveryReport {
   readonly conversations: number

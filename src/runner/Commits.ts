@@ -6,7 +6,7 @@
 import { messageHash, requestHash } from "../Llm.js"
 import type { ToolResultMessage } from "../Llm.js"
 import type { Command, ConversationState, Input, Transition } from "../Loop.js"
-import type { RunnerOptions } from "../Runner.js"
+import type { RunnerOptions } from "./Options.js"
 import type { CommitInput, LlmCallUpdate, PlannedOperation } from "../Store.js"
 import type { ActorState } from "./Actor.js"
 

@@ -9,7 +9,7 @@
 import { Clock, Effect } from "effect"
 import type { Usage } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
-import type { RunnerOptions } from "../Runner.js"
+import type { RunnerOptions } from "./Options.js"
 import type { TurnOutcome } from "./ClientGateway.js"
 
 /** When this process saw a turn start and its first streamed delta (ms since the epoch). */
