@@ -14,7 +14,6 @@ import * as Metrics from "../Metrics.js"
 import type { ClientMessage, RunRequest } from "../Dialect.js"
 import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
 import { Input } from "../Loop.js"
-import type { TurnWebTools } from "../Loop.js"
 import type { Runner } from "../Runner.js"
 import * as Tools from "../Tools.js"
 import { dropHeld, settle } from "./Acks.js"
@@ -29,30 +28,9 @@ import type { SessionsService } from "./Sessions.js"
 import { attachChild, cancelSubagent } from "./Subagents.js"
 import { isWork, onExecReply, onQueryReply, onWorkDone } from "./ToolOps.js"
 import type { ToolDone, WorkToDo } from "./ToolOps.js"
+import type { InputEnv, ServerWorker } from "./InputEnv.js"
+import { noServerWork } from "./InputEnv.js"
 import { endSession } from "./TurnEnd.js"
-
-/** The web work the server does itself for approved tool calls (search and fetch), and which of it it can do now. */
-export interface ServerWorker {
-  readonly capabilities: () => TurnWebTools
-  readonly perform: (work: WebWork) => Effect.Effect<Tools.WorkResult>
-}
-
-/** The work a `ServerWorker` does: all but waiting, which needs no service (`startWork` sleeps itself). */
-export type WebWork = Exclude<Tools.ServerWork, { readonly _tag: "Sleep" }>
-
-/** A server that does no work of its own: the web tools are never offered. */
-export const noServerWork: ServerWorker = {
-  capabilities: () => ({ search: false, fetch: false }),
-  perform: () => Effect.succeed(Tools.WorkResult.Failed({ error: "This server does no web work.", refused: true }))
-}
-
-/** What handing on a client message needs beyond the session: the runner, the registry, and `handOn` (for `Recovery.ts`). */
-export interface InputEnv extends SessionEnv {
-  readonly runner: Context.Tag.Service<Runner>
-  readonly sessions: SessionsService
-  readonly worker: ServerWorker
-  readonly handOn: (session: Session, ready: ReadonlyArray<Taken>) => Effect.Effect<void>
-}
 
 /** The env of the client's messages; `handOn` is this module's, bound to it. */
 export const makeInputEnv = (base: SessionEnv, runner: Context.Tag.Service<Runner>, sessions: SessionsService, worker: ServerWorker = noServerWork): InputEnv => {

@@ -15,7 +15,7 @@
  */
 import { Clock, Effect, FiberSet, Option, Stream } from "effect"
 import * as Dialect from "../Dialect.js"
-import type { InputEnv } from "./ClientInput.js"
+import type { InputEnv } from "./InputEnv.js"
 import { FLAG_END_STREAM } from "./Connect.js"
 import { isUnresolved, Lifecycle, requestIdOf } from "./Session.js"
 import type { Session } from "./Session.js"

@@ -6,7 +6,7 @@
 import { Effect } from "effect"
 import * as Tools from "../Tools.js"
 import type { WebService } from "../Web.js"
-import type { ServerWorker, WebWork } from "./ClientInput.js"
+import type { ServerWorker, WebWork } from "./InputEnv.js"
 
 export const workerOf = (web: WebService): ServerWorker => ({
   capabilities: () => ({ search: web.searchBackend() !== undefined, fetch: web.fetchEnabled() }),
