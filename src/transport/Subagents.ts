@@ -9,10 +9,9 @@
 import { Effect } from "effect"
 import * as Dialect from "../Dialect.js"
 import * as Tools from "../Tools.js"
-import { write } from "./Session.js"
-import type { RunningOperation, Session } from "./Session.js"
+import type { Session } from "./Session.js"
 import type { SessionsService } from "./Sessions.js"
-import { finishOperation } from "./ToolOps.js"
+import { announceRunning, finishOperation } from "./ToolOps.js"
 import type { ToolDone } from "./ToolOps.js"
 
 const header = (headers: Readonly<Record<string, string | ReadonlyArray<string> | undefined>>, name: string): string => {
@@ -25,21 +24,6 @@ export const parentLinkOf = (headers: Readonly<Record<string, string | ReadonlyA
   const requestId = header(headers, "x-parent-request-id")
   const toolCallId = header(headers, "x-parent-agent-tool-call-id")
   return requestId !== "" && toolCallId !== "" ? { requestId, toolCallId } : undefined
-}
-
-/**
- * Shows a Task's subagent as running: a checkpoint that is the one the client holds (this
- * stream's last, else the run request's) with the Task pending and its run RUNNING, with the
- * child's agent id once it is known. None without a checkpoint to build on (a turn recovered
- * after a restart): an empty one would erase the client's.
- */
-export const announceRunning = (session: Session, operation: RunningOperation): Effect.Effect<void> => {
-  const run = operation.run
-  // A new chat's run request holds no checkpoint: the running one starts from an empty state, as the client's does.
-  if (run?._tag !== "Task" || session.run === undefined) return Effect.void
-  const base = session.lastCheckpoint ?? session.run.conversationState
-  const checkpoint = Dialect.runningSubagentCheckpoint(base, { call: run.call, title: run.args.description, subagentId: operation.child?.conversationId })
-  return write(session, [Dialect.encodeCheckpoint(checkpoint)])
 }
 
 /** The first request of a child run that names its parent sets it on the session. */

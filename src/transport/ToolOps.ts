@@ -13,8 +13,22 @@ import type { DispatchedOperation, TurnRef } from "../Runner.js"
 import * as Tools from "../Tools.js"
 import type { QueryReply, ServerWork, ToolRun, ToolStep } from "../Tools.js"
 import { write } from "./Session.js"
-import { announceRunning } from "./Subagents.js"
 import type { RunningOperation, Session } from "./Session.js"
+
+/**
+ * Shows a Task's subagent as running: a checkpoint that is the one the client holds (this
+ * stream's last, else the run request's) with the Task pending and its run RUNNING, with the
+ * child's agent id once it is known. None without a checkpoint to build on (a turn recovered
+ * after a restart): an empty one would erase the client's.
+ */
+export const announceRunning = (session: Session, operation: RunningOperation): Effect.Effect<void> => {
+  const run = operation.run
+  // A new chat's run request holds no checkpoint: the running one starts from an empty state, as the client's does.
+  if (run?._tag !== "Task" || session.run === undefined) return Effect.void
+  const base = session.lastCheckpoint ?? session.run.conversationState
+  const checkpoint = Dialect.runningSubagentCheckpoint(base, { call: run.call, title: run.args.description, subagentId: operation.child?.conversationId })
+  return write(session, [Dialect.encodeCheckpoint(checkpoint)])
+}
 
 /** A tool call's final result, for the runner. */
 export interface ToolDone {
