@@ -17,7 +17,8 @@
  *
  * The modules of `tools/`: `Kinds.ts` (modes, tool kinds, MCP names), `Catalog.ts`,
  * `Arguments.ts` (argument schemas, exec and typed args), `Model.ts` (the machine's data),
- * `Machine.ts` (the machine), `Results.ts` (what every outcome is made of), `Shell.ts`,
+ * `Machine.ts` (the machine), `Results.ts` (what every outcome is made of), `Cards.ts` (each
+ * kind of run's card, started or failed), `Shell.ts`,
  * `Edit.ts`, `Outcomes.ts` (Read, Grep, Glob, Ls and MCP results), `Lints.ts` (ReadLints),
  * `Stdin.ts` (WriteShellStdin), `Todo.ts` and `Diff.ts`.
  */
@@ -29,7 +30,8 @@ export { ServerWork, ToolRun, ToolStep, WorkResult } from "./tools/Model.js"
 export type { CreatedPlan, CursorToolCall, ExecReply, ExecRequest, QueryReply, QueryRequest, ToolContext, ToolOutcome, ToolStart } from "./tools/Model.js"
 export { onAwaitSlept, parseTerminalFile } from "./tools/Await.js"
 export { BUILTIN_SUBAGENTS, onSubagentStopped, recoveredTaskResult, taskDefinition } from "./tools/Task.js"
-export type { SubagentRun, SubagentStanding, TaskContext } from "./tools/Task.js"
+export type { SubagentStanding } from "./tools/Task.js"
+export type { SubagentRun, TaskContext } from "./tools/Model.js"
 export { acceptsReply, answersText, isQueryRun, onQueryReply, onWorkDone, planIdOf, switchedModeOf } from "./tools/Queries.js"
 export { partialCursorToolCall } from "./tools/Results.js"
 export { onExecReply, onExecThrow, startTool } from "./tools/Machine.js"

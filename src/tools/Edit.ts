@@ -10,7 +10,8 @@ import { EditArgsSchema, EditResultSchema, EditToolCallSchema, WriteArgsSchema }
 import { unifiedDiff } from "./Diff.js"
 import { ToolRun, ToolStep } from "./Model.js"
 import type { ExecReply, ToolRunOf } from "./Model.js"
-import { describeFailure, done, resultMessage, unexpected, withId } from "./Results.js"
+import { describeFailure, done, resultMessage, withId } from "./Results.js"
+import { unexpected } from "./Cards.js"
 
 /** Ends an edit's success text where the mode offers ReadLints: one fixed sentence, so the bytes stay the same. */
 export const LINTS_HINT = "Run ReadLints on it to see any problems the change introduced."

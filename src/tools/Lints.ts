@@ -18,7 +18,8 @@ import type { Diagnostic, DiagnosticItem, DiagnosticsResult, FileDiagnostics } f
 import type { ToolCall } from "../Llm.js"
 import { ToolRun, ToolStep } from "./Model.js"
 import type { ExecReply, ToolOutcome, ToolRunOf, ToolStart } from "./Model.js"
-import { clip, done, resultMessage, unexpected, withId } from "./Results.js"
+import { clip, done, resultMessage, withId } from "./Results.js"
+import { unexpected } from "./Cards.js"
 
 /** Problems told to the model from one call, errors first; the rest are counted in a note. */
 export const LINTS_LIMIT = 200

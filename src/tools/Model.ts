@@ -23,7 +23,27 @@ import type { ToolCall, ToolResultMessage } from "../Llm.js"
 import type { GrepInput } from "./Arguments.js"
 import type { CursorMode, McpToolDescriptor } from "./Kinds.js"
 import type { SubagentArgs, TaskArgs } from "../gen/agent/v1/agent_pb.js"
-import type { SubagentRun, TaskContext } from "./Task.js"
+import type { TurnSubagentInfo } from "../Loop.js"
+
+/** A subagent a Task ran, as the parent's checkpoint keeps it (`SubagentRunState`, by the Task's tool call id). */
+export interface SubagentRun {
+  readonly toolCallId: string
+  /** The child's agent id (its conversation), as `subagent_result` named it; "" when unknown. */
+  readonly agentId: string
+  readonly status: "success" | "backgrounded" | "error" | "aborted"
+  readonly title: string
+  readonly completedAtMs: number
+}
+
+/** What starting a Task needs besides its arguments. */
+export interface TaskContext {
+  /** The model the child runs on (the configured subagent model, else the parent's). */
+  readonly subagentModel: string
+  /** The subagents the model may name: Cursor's and the user's. */
+  readonly customSubagents: ReadonlyArray<TurnSubagentInfo>
+  /** The parent's conversation, for the child's link. */
+  readonly conversationId: string
+}
 
 export type { CursorToolCall }
 

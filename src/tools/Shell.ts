@@ -7,7 +7,8 @@ import { ShellArgsSchema, ShellResultSchema, ShellToolCallSchema, ToolCallDeltaS
 import type { ShellStream } from "../gen/agent/v1/agent_pb.js"
 import { ToolRun, ToolStep } from "./Model.js"
 import type { ExecReply, ShellOutput, ToolRunOf } from "./Model.js"
-import { clip, describeFailure, done, resultMessage, unexpected, withId } from "./Results.js"
+import { unexpected } from "./Cards.js"
+import { clip, describeFailure, done, resultMessage, withId } from "./Results.js"
 
 const appendShell = (output: ShellOutput, stream: "stdout" | "stderr", data: string): ShellOutput => ({
   stdout: stream === "stdout" ? output.stdout + data : output.stdout,

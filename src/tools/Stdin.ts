@@ -9,7 +9,8 @@ import type { WriteShellStdinResult } from "../gen/agent/v1/agent_pb.js"
 import type { ToolCall } from "../Llm.js"
 import { ToolRun, ToolStep } from "./Model.js"
 import type { ExecReply, ToolRunOf, ToolStart } from "./Model.js"
-import { done, resultMessage, unexpected, withId } from "./Results.js"
+import { unexpected } from "./Cards.js"
+import { done, resultMessage, withId } from "./Results.js"
 
 export const writeShellStdinArgs = (shellId: number, chars: string) => create(WriteShellStdinArgsSchema, { shellId, chars })
 

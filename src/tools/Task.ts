@@ -23,18 +23,8 @@ import type { ToolCall, ToolDefinition } from "../Llm.js"
 import type { TurnSubagentInfo } from "../Loop.js"
 import { parseArgs } from "./Arguments.js"
 import { ToolStep } from "./Model.js"
-import type { CursorToolCall, ExecReply, ToolOutcome, ToolRunOf } from "./Model.js"
+import type { CursorToolCall, ExecReply, TaskContext, ToolOutcome, ToolRunOf } from "./Model.js"
 import { resultMessage, withId } from "./Results.js"
-
-/** A subagent a Task ran, as the parent's checkpoint keeps it (`SubagentRunState`, by the Task's tool call id). */
-export interface SubagentRun {
-  readonly toolCallId: string
-  /** The child's agent id (its conversation), as `subagent_result` named it; "" when unknown. */
-  readonly agentId: string
-  readonly status: "success" | "backgrounded" | "error" | "aborted"
-  readonly title: string
-  readonly completedAtMs: number
-}
 
 /** Cursor's own subagent types the model may name, with what each is for. */
 export const BUILTIN_SUBAGENTS: ReadonlyArray<TurnSubagentInfo> = [
@@ -94,15 +84,6 @@ export const subagentTypeOf = (name: string): SubagentType["type"] => {
   }
 }
 
-/** What starting a Task needs besides its arguments. */
-export interface TaskContext {
-  /** The model the child runs on (the configured subagent model, else the parent's). */
-  readonly subagentModel: string
-  /** The subagents the model may name: Cursor's and the user's. */
-  readonly customSubagents: ReadonlyArray<TurnSubagentInfo>
-  /** The parent's conversation, for the child's link. */
-  readonly conversationId: string
-}
 
 export interface TaskStart {
   readonly args: TaskArgs
