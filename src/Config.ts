@@ -11,7 +11,6 @@ import { Config, Effect, Option, Redacted, Schema } from "effect"
 import { homedir } from "node:os"
 import { join } from "node:path"
 import { issueLines } from "./config/Issues.js"
-import { parseNoProxy } from "./hookup/proxy/Upstream.js"
 import * as FaultInjection from "./FaultInjection.js"
 import { ApiKind, ModelConfig, RetryConfig, routingProblem } from "./llm/Router.js"
 import type { ProviderConfig, RouterConfig } from "./llm/Router.js"
@@ -449,6 +448,10 @@ const http2Of = (file: FileConfig, env: Readonly<Record<string, string | undefin
   const tlsPort = tlsText !== undefined && tlsText !== "off" ? Number(tlsText) : file.http2.tls?.port ?? 8790
   return { cleartextPort, tls: off ? undefined : { port: tlsPort, certFile, keyFile } }
 }
+
+/** `NO_PROXY`'s comma- or space-separated entries, lower-cased, ports dropped. */
+export const parseNoProxy = (text: string | undefined): ReadonlyArray<string> =>
+  (text ?? "").split(/[\s,]+/).map((entry) => entry.trim().toLowerCase().replace(/^\*\./, ".").replace(/:\d+$/, "")).filter((entry) => entry !== "")
 
 /** The proxy: the file's, then `BYOK_PROXY_PORT` (a port, or `off`), `BYOK_OFFLINE`, `BYOK_UPSTREAM_PROXY` or `HTTPS_PROXY`. */
 const proxyOf = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ServerConfig["proxy"] => {

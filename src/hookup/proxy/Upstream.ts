@@ -19,10 +19,6 @@ export interface UpstreamProxy extends Address {
   readonly bypass?: ReadonlyArray<string> | undefined
 }
 
-/** `NO_PROXY`'s comma- or space-separated entries, lower-cased, ports dropped. */
-export const parseNoProxy = (text: string | undefined): ReadonlyArray<string> =>
-  (text ?? "").split(/[\s,]+/).map((entry) => entry.trim().toLowerCase().replace(/^\*\./, ".").replace(/:\d+$/, "")).filter((entry) => entry !== "")
-
 /** Whether a host is reached directly rather than through the upstream proxy. */
 export const bypasses = (upstream: UpstreamProxy | undefined, host: string): boolean => {
   if (upstream === undefined) return true
