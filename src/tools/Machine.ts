@@ -66,6 +66,64 @@ const SHELL_DEFAULT_TIMEOUT_MS = 30_000
 const SHELL_HARD_TIMEOUT_MS = 86_400_000
 const SHELL_FILE_OUTPUT_THRESHOLD = 40_000n
 
+/** A Shell call: streamed, or spawned in the background when the model asks. */
+const startShell = (call: ToolCall, input: typeof ShellInput.Type): ToolStart => {
+  const args = create(ShellArgsSchema, {
+    command: input.command,
+    workingDirectory: input.working_directory ?? "",
+    timeout: input.block_until_ms ?? SHELL_DEFAULT_TIMEOUT_MS,
+    toolCallId: call.id,
+    timeoutBehavior: TimeoutBehavior.BACKGROUND,
+    hardTimeout: SHELL_HARD_TIMEOUT_MS,
+    fileOutputThresholdBytes: SHELL_FILE_OUTPUT_THRESHOLD,
+    closeStdin: true,
+    ...(input.description !== undefined ? { description: input.description } : {})
+  })
+  const description = input.description ?? input.command
+  const run = ToolRun.Shell({
+    call,
+    command: input.command,
+    workingDirectory: input.working_directory ?? "",
+    description,
+    output: { stdout: "", stderr: "", interleaved: "" }
+  })
+  const exec: ExecRequest = input.run_in_background === true
+    ? {
+      case: "backgroundShellSpawnArgs",
+      value: create(BackgroundShellSpawnArgsSchema, {
+        command: input.command,
+        workingDirectory: input.working_directory ?? "",
+        toolCallId: call.id,
+        enableWriteShellStdinTool: true,
+        ...(input.description !== undefined ? { description: input.description } : {})
+      })
+    }
+    : { case: "shellStreamArgs", value: args }
+  return { started: withId(call, { case: "shellToolCall", value: create(ShellToolCallSchema, { args, description }) }), step: ToolStep.Exec({ run, exec }) }
+}
+
+/** A Write or an Edit (StrReplace): read the file first, then apply and write (`Edit.ts`). */
+const startEdit = (kind: "write" | "edit", call: ToolCall, context: ToolContext, invalid: (reason: string) => ToolStart): ToolStart => {
+  const change: Either.Either<{ readonly path: string; readonly change: EditChange }, string> = kind === "write"
+    ? Either.map(parseArgs(WriteInput, call.arguments), (input) => ({ path: input.path, change: { kind: "write" as const, contents: input.contents } }))
+    : Either.map(parseArgs(EditInput, call.arguments), (input) => ({
+      path: input.path,
+      change: { kind: "replace" as const, oldString: input.old_string, newString: input.new_string, replaceAll: input.replace_all ?? false }
+    }))
+  if (Either.isLeft(change)) return invalid(change.left)
+  const { path } = change.right
+  if (change.right.change.kind === "replace" && change.right.change.oldString === change.right.change.newString) {
+    return invalid("old_string and new_string are identical")
+  }
+  const suggestLints = offers(context.mode ?? "agent", "readLints")
+  const run = ToolRun.Edit({ call, path, change: change.right.change, phase: "reading", before: undefined, after: "", suggestLints })
+  const streamContent = change.right.change.kind === "write" ? change.right.change.contents : change.right.change.newString
+  return {
+    started: withId(call, { case: "editToolCall", value: create(EditToolCallSchema, { args: create(EditArgsSchema, { path, streamContent }) }) }),
+    step: ToolStep.Exec({ run, exec: { case: "readArgs", value: readArgs(call, path, undefined, undefined) } })
+  }
+}
+
 /**
  * Starts one tool call: returns the typed call for `tool_call_started` and the first step
  * (an exec to send, or the final outcome for server-side tools and invalid arguments).
@@ -83,40 +141,7 @@ export const startTool = (call: ToolCall, context: ToolContext): ToolStart => {
     }
     case "shell": {
       const parsed = parseArgs(ShellInput, call.arguments)
-      if (Either.isLeft(parsed)) return invalid(parsed.left)
-      const input = parsed.right
-      const args = create(ShellArgsSchema, {
-        command: input.command,
-        workingDirectory: input.working_directory ?? "",
-        timeout: input.block_until_ms ?? SHELL_DEFAULT_TIMEOUT_MS,
-        toolCallId: call.id,
-        timeoutBehavior: TimeoutBehavior.BACKGROUND,
-        hardTimeout: SHELL_HARD_TIMEOUT_MS,
-        fileOutputThresholdBytes: SHELL_FILE_OUTPUT_THRESHOLD,
-        closeStdin: true,
-        ...(input.description !== undefined ? { description: input.description } : {})
-      })
-      const description = input.description ?? input.command
-      const run = ToolRun.Shell({
-        call,
-        command: input.command,
-        workingDirectory: input.working_directory ?? "",
-        description,
-        output: { stdout: "", stderr: "", interleaved: "" }
-      })
-      const exec: ExecRequest = input.run_in_background === true
-        ? {
-          case: "backgroundShellSpawnArgs",
-          value: create(BackgroundShellSpawnArgsSchema, {
-            command: input.command,
-            workingDirectory: input.working_directory ?? "",
-            toolCallId: call.id,
-            enableWriteShellStdinTool: true,
-            ...(input.description !== undefined ? { description: input.description } : {})
-          })
-        }
-        : { case: "shellStreamArgs", value: args }
-      return { started: withId(call, { case: "shellToolCall", value: create(ShellToolCallSchema, { args, description }) }), step: ToolStep.Exec({ run, exec }) }
+      return Either.isLeft(parsed) ? invalid(parsed.left) : startShell(call, parsed.right)
     }
     case "read": {
       const parsed = parseArgs(ReadInput, call.arguments)
@@ -129,26 +154,8 @@ export const startTool = (call: ToolCall, context: ToolContext): ToolStart => {
       }
     }
     case "write":
-    case "edit": {
-      const change: Either.Either<{ readonly path: string; readonly change: EditChange }, string> = kind === "write"
-        ? Either.map(parseArgs(WriteInput, call.arguments), (input) => ({ path: input.path, change: { kind: "write" as const, contents: input.contents } }))
-        : Either.map(parseArgs(EditInput, call.arguments), (input) => ({
-          path: input.path,
-          change: { kind: "replace" as const, oldString: input.old_string, newString: input.new_string, replaceAll: input.replace_all ?? false }
-        }))
-      if (Either.isLeft(change)) return invalid(change.left)
-      const { path } = change.right
-      if (change.right.change.kind === "replace" && change.right.change.oldString === change.right.change.newString) {
-        return invalid("old_string and new_string are identical")
-      }
-      const suggestLints = offers(context.mode ?? "agent", "readLints")
-      const run = ToolRun.Edit({ call, path, change: change.right.change, phase: "reading", before: undefined, after: "", suggestLints })
-      const streamContent = change.right.change.kind === "write" ? change.right.change.contents : change.right.change.newString
-      return {
-        started: withId(call, { case: "editToolCall", value: create(EditToolCallSchema, { args: create(EditArgsSchema, { path, streamContent }) }) }),
-        step: ToolStep.Exec({ run, exec: { case: "readArgs", value: readArgs(call, path, undefined, undefined) } })
-      }
-    }
+    case "edit":
+      return startEdit(kind, call, context, invalid)
     case "delete": {
       const parsed = parseArgs(DeleteInput, call.arguments)
       if (Either.isLeft(parsed)) return invalid(parsed.left)
