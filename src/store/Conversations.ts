@@ -55,6 +55,48 @@ export const lostRace = (q: Query, conversationId: string, inputId: string, expe
     return yield* new VersionConflict({ conversationId, expectedVersion, actualVersion: rows[0]?.version ?? null })
   })
 
+/**
+ * The journal rows to append: the messages beyond the stored ones, proven to extend the
+ * stored segment's chain to `next.messagesHash`; or, when the state opens a new segment, all
+ * of its messages, placed at the end of the journal (never over it) and chained afresh.
+ */
+const journalRows = (
+  input: CommitInput,
+  storedCount: number,
+  storedHash: string,
+  storedStart: number
+): Either.Either<Array<MessageRow & { readonly client_key: string | null }>, HistoryRewritten> => {
+  const { conversationId, next } = input
+  const start = next.segment.start
+  const rewritten = (reason: string) =>
+    Either.left(new HistoryRewritten({ conversationId, storedCount, nextCount: start + next.messages.length, reason }))
+  let from: number
+  let chain: string
+  if (start === storedStart) {
+    from = storedCount - start
+    chain = storedHash
+    if (next.messages.length < from) return rewritten("the next state has fewer messages than are stored")
+  } else if (start === storedCount && start > storedStart) {
+    from = 0
+    chain = emptyMessagesHash
+  } else {
+    return rewritten(`a new segment must begin at the end of the journal (${storedCount}), not at ${start}`)
+  }
+  const rows: Array<MessageRow & { readonly client_key: string | null }> = []
+  for (let index = from; index < next.messages.length; index++) {
+    const message = next.messages[index]!
+    const json = serializeMessage(message)
+    const hash = rowHash(json)
+    chain = extendMessagesHash(chain, hash)
+    rows.push({ seq: start + index, message_json: json, hash, client_key: input.messageKey?.(message) ?? null })
+  }
+  if (chain !== next.messagesHash) {
+    return rewritten("the stored history followed by the new messages does not hash to the next state's messagesHash")
+  }
+  return Either.right(rows)
+}
+
+
 export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(function*(input: CommitInput) {
   const { conversationId, expectedVersion, inputId, next } = input
   if (next.conversationId !== conversationId) {
@@ -71,41 +113,6 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
   }
   const now = yield* Clock.currentTimeMillis
   const newVersion = expectedVersion + 1
-
-  /**
-   * The journal rows to append: the messages beyond the stored ones, proven to extend the
-   * stored segment's chain to `next.messagesHash`; or, when the state opens a new segment, all
-   * of its messages, placed at the end of the journal (never over it) and chained afresh.
-   */
-  const appended = (storedCount: number, storedHash: string, storedStart: number) => {
-    const start = next.segment.start
-    const rewritten = (reason: string) =>
-      Either.left(new HistoryRewritten({ conversationId, storedCount, nextCount: start + next.messages.length, reason }))
-    let from: number
-    let chain: string
-    if (start === storedStart) {
-      from = storedCount - start
-      chain = storedHash
-      if (next.messages.length < from) return rewritten("the next state has fewer messages than are stored")
-    } else if (start === storedCount && start > storedStart) {
-      from = 0
-      chain = emptyMessagesHash
-    } else {
-      return rewritten(`a new segment must begin at the end of the journal (${storedCount}), not at ${start}`)
-    }
-    const rows: Array<MessageRow & { readonly client_key: string | null }> = []
-    for (let index = from; index < next.messages.length; index++) {
-      const message = next.messages[index]!
-      const json = serializeMessage(message)
-      const hash = rowHash(json)
-      chain = extendMessagesHash(chain, hash)
-      rows.push({ seq: start + index, message_json: json, hash, client_key: input.messageKey?.(message) ?? null })
-    }
-    if (chain !== next.messagesHash) {
-      return rewritten("the stored history followed by the new messages does not hash to the next state's messagesHash")
-    }
-    return Either.right(rows)
-  }
 
   // Everything but the columns: the history, its hash, status, turn id and waiting are stored on their own.
   const {
@@ -128,7 +135,7 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
     let storedStart = 0
     const journalLength = next.segment.start + next.messages.length
     if (expectedVersion === 0) {
-      fresh = yield* appended(0, emptyMessagesHash, 0)
+      fresh = yield* journalRows(input, 0, emptyMessagesHash, 0)
       const created = yield* q<{ version: number }>`
         INSERT INTO conversations (conversation_id, version, status, turn_id, message_count, messages_hash,
           waiting_json, state_json, updated_at_ms, segment_start)
@@ -147,7 +154,7 @@ export const commitInput = (env: StoreEnv) => Effect.fn("Store.commitInput")(fun
       if (stored === undefined) return yield* lostRace(q, conversationId, inputId, expectedVersion)
       storedTurnId = stored.turn_id
       storedStart = stored.segment_start
-      fresh = yield* appended(stored.message_count, stored.messages_hash, stored.segment_start)
+      fresh = yield* journalRows(input, stored.message_count, stored.messages_hash, stored.segment_start)
       yield* q`
         UPDATE conversations SET status = ${next.status}, turn_id = ${next.turnId},
           message_count = ${journalLength}, messages_hash = ${next.messagesHash},
