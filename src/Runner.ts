@@ -91,6 +91,32 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
   readonly awaitIdle: (conversationId: string) => Effect.Effect<void>
 }>() {}
 
+/**
+ * Committed states by conversation, least recently used first, in front of the store (the
+ * store's CAS catches a stale one): `load` a conversation's (a fresh one, or the store's when
+ * `fresh`), `remember` one just committed.
+ */
+const stateCache = (store: Context.Tag.Service<Store>, size: number) => {
+  const cache = new Map<string, { readonly state: ConversationState; readonly version: number }>()
+  const remember = (state: ConversationState, version: number) => {
+    cache.delete(state.conversationId)
+    cache.set(state.conversationId, { state, version })
+    if (cache.size > size) cache.delete(cache.keys().next().value!)
+  }
+  const load = (conversationId: string, fresh = false) => {
+    const cached = fresh ? undefined : cache.get(conversationId)
+    if (cached !== undefined) return Effect.succeed<ActorState>({ runtime: { committed: cached.state, pending: null }, version: cached.version })
+    return store.load(conversationId).pipe(Effect.map(Option.match({
+      onNone: (): ActorState => ({ runtime: initialRuntime(conversationId), version: 0 }),
+      onSome: ({ state, version }): ActorState => {
+        remember(state, version)
+        return { runtime: { committed: state, pending: null }, version }
+      }
+    })))
+  }
+  return { load, remember }
+}
+
 export const make = (options: RunnerOptions) =>
   Effect.gen(function*() {
     const store = yield* Store
@@ -106,26 +132,7 @@ export const make = (options: RunnerOptions) =>
     // Committed states, and what the runner's parts share
     // -------------------------------------------------------------------------
 
-    // Committed states by conversation, least recently used first; the store's CAS catches a stale one.
-    const cache = new Map<string, { readonly state: ConversationState; readonly version: number }>()
-    const cacheSize = options.stateCacheSize ?? 256
-    const remember = (state: ConversationState, version: number) => {
-      cache.delete(state.conversationId)
-      cache.set(state.conversationId, { state, version })
-      if (cache.size > cacheSize) cache.delete(cache.keys().next().value!)
-    }
-
-    const load = (conversationId: string, fresh = false) => {
-      const cached = fresh ? undefined : cache.get(conversationId)
-      if (cached !== undefined) return Effect.succeed<ActorState>({ runtime: { committed: cached.state, pending: null }, version: cached.version })
-      return store.load(conversationId).pipe(Effect.map(Option.match({
-        onNone: (): ActorState => ({ runtime: initialRuntime(conversationId), version: 0 }),
-        onSome: ({ state, version }): ActorState => {
-          remember(state, version)
-          return { runtime: { committed: state, pending: null }, version }
-        }
-      })))
-    }
+    const { load, remember } = stateCache(store, options.stateCacheSize ?? 256)
 
     // `deliver` is defined with the actors below: a model stream feeds its events back through it.
     const env: RunnerEnv = {
