@@ -1,45 +1,8 @@
 /**
- * The server's fiber scheduler: one run queue for the process, urgent tasks first, run in short
- * slices that give the event loop back between them.
- *
- * Effect's default scheduler gives each fiber its own chain of microtasks and falls back to a
- * timer only after 2,048 chained drains, so while many fibers have work the process reads no
- * socket. Node 20's libuv accepts one connection per event-loop iteration: under a burst of
- * turns (measured with `bench/ack.ts`, 200 at once) the accept queue of the listening socket
- * grew past 1,800 connections, and a BidiAppend waited seconds before the server even saw it,
- * then queued behind other conversations' work at each of its steps. Here:
- *
- * - a task is `urgent` when its fiber's scheduling priority is `URGENT` or more (what a client
- *   waits on at once: the HTTP requests and `Run` streams, see `Server.ts` and `Run.ts`, and a
- *   conversation's actor while it commits a client's input to a running turn, see `Runner.ts`)
- *   and `normal` otherwise (turn starts, model streams, priority 0); a drain runs every urgent
- *   task before the next normal one;
- * - urgent tasks start in a microtask (an idle server reacts at once); normal ones wait for the
- *   event loop's check phase (`setImmediate`), after the I/O callbacks of the iteration and
- *   the socket writes they queued (`process.nextTick`), which run only once the microtask
- *   queue is empty: a model call's fiber resumed by its response head, for one, no longer runs
- *   before the first delta in the same read is handled and written (it delayed it by ~0.4 ms,
- *   measured with `bench/first.ts` and a scratch trace);
- * - a drain stops, once `sliceMs` have passed, after the task that was running; the rest goes
- *   on in the next event-loop iteration (`setImmediate`), after the sockets that became
- *   readable were read and the next connection accepted. Until a drain empties the queue the
- *   process is behind (`backlogged`), and urgent tasks too wait for the check phase.
- * - while the process is behind, a model stream's read is not applied in its callback but
- *   queued (`queueStream`, see `ModelCall.ts`) in a lane of its own, taken after the urgent
- *   tasks, or before them once it has waited `STREAM_MAX_WAIT_MS`, and before normal work. A
- *   delta then never waits for a burst of turn starts (a turn start is ~10 ms of work, a
- *   read's delta ~0.05 ms). In the normal lane (measured with `bench/latency.ts` at 200
- *   streams: a burst of 200 turn starts while the first streams already answer) deltas waited
- *   behind the starts: added latency p50 64 ms, against 7 ms before the server had this
- *   scheduler. Behind the urgent lane with no limit they waited behind the burst's requests:
- *   p99 240-410 ms.
- *
- * A fiber still yields after `currentMaxOpsBeforeYield` operations, as on Effect's scheduler;
- * it is not preempted on time. Preempting on time made fibers yield at any operation, among
- * them the one between an Effect `Semaphore`'s `take` counting a permit and `withPermits`
- * installing its release (interruptible there): a fiber interrupted while it waited in that
- * gap kept its permit forever, and the SQL client's single-permit semaphore hung every later
- * statement (seen in `bench/ack.ts` runs).
+ * The server's fiber scheduler: one run queue for the process, urgent tasks first (what a client
+ * waits on), run in short slices that give the event loop back between them; while the process
+ * is behind, a model stream's reads wait in a lane of their own. Why each rule, with the
+ * measurements behind it: docs/architecture.md, "The scheduler in detail".
  */
 import type { Fiber } from "effect"
 import { Scheduler } from "effect"

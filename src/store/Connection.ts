@@ -1,26 +1,9 @@
 /**
- * The one SQLite connection of the server, two ways in:
- *
- * - the `SqlClient` (and `SqliteClient`) of `@effect/sql`, for the migrations, the console's
- *   reads and every statement written with the client's template and fragments;
- * - `Direct`: the Store's statements (`Tx.Query`, texts worked out once per call site) run on
- *   better-sqlite3's prepared statements, in transactions of its own.
- *
- * Why by hand: `@effect/sql-sqlite-node` keeps its better-sqlite3 handle to itself, and each of
- * its statements goes through a TTL cache of prepared statements, a span, a scope and the
- * connection's semaphore (~50 fiber operations; a `withTransaction` ~100 more). A short turn
- * ran ~20 Store statements in 3 transactions: ~1,070 of its ~3,800 fiber operations (counted
- * with a scratch run-loop hook, `bench/cost.ts`'s load). Here a statement is one `Effect.try`
- * over a statement prepared once. The client below is built as that package builds its own
- * (`SqlClient.make` with a connection over the same handle), so both ways share one handle and
- * one lock.
- *
- * The lock: better-sqlite3 runs each statement synchronously, so statements never overlap; a
- * transaction does, as its body runs over several fiber steps. Every transaction (the client's
- * and `Direct`'s) holds the connection's one permit from BEGIN to its end, and a `Direct`
- * statement outside a transaction runs at once only while no transaction is open on the
- * connection (else through the client, which waits for the permit, or uses the transaction's
- * connection when the calling fiber is inside the client's transaction).
+ * The one SQLite connection of the server, two ways in: the `SqlClient` of `@effect/sql` (the
+ * migrations, the console, the client's templates) and `Direct` (the Store's statements on
+ * better-sqlite3's prepared statements), sharing one handle and one lock that a transaction
+ * holds from BEGIN to its end. Why by hand, and the lock's rules: docs/architecture.md, "The
+ * SQLite connection".
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection as SqlConnection } from "@effect/sql/SqlConnection"

@@ -1,22 +1,8 @@
 /**
- * THE AGENT FRONT. BidiAppend is the server's most frequent request (a turn's run request, one
- * append per blob at its end, a heartbeat a second, each tool result) and RunSSE carries every
- * frame of a turn. Through the Effect HTTP server (`HttpLayerRouter`) a request costs ~250 µs
- * of CPU before and after its handler (a fiber with the server's context, the router, the
- * request and response wrappers; measured with a scratch load of heartbeat appends: ~550 µs of
- * CPU per append in all, 43% of it in the Effect runtime), and a RunSSE body went through a
- * Node `Readable` piped to the socket. Here Node's request goes to the transport directly: its
- * body is read by `readNodeBody`, the transport's effect runs in a fiber of the request's own
- * (urgent, as every request's: `internal/Scheduler.ts`), an append's answer is written on
- * Node's response, and a turn's frames are written to it by the turn's sink itself. Every
- * other request, and these when no front is installed, go to the Effect server as before, with
- * the same answers: for BidiAppend 200 with the response bytes or a Connect error as JSON with
- * its HTTP status; for RunSSE the event stream, or 200 with one end-stream frame carrying the
- * error.
- *
- * Node's server emits each request once, to every `request` listener; a listener cannot take a
- * request from another. `FrontedServer` overrides `emit` for `request` events, so that the
- * front sees a request first and the Effect server's listener never sees one the front took.
+ * The agent front: BidiAppend and RunSSE taken from Node's request straight to the transport
+ * (their body read by `readNodeBody`, their answer or frames written on Node's response), every
+ * other request left to the Effect server, after the door (`Door.ts`) has checked it. Why, with
+ * the measurement: docs/architecture.md, "The agent front".
  */
 import { Cause, Context, Effect, Exit, FiberSet, Layer, Option } from "effect"
 import type { Fiber } from "effect"
