@@ -13,7 +13,7 @@
  */
 import { Redacted } from "effect"
 import { isLoopback } from "../Config.js"
-import { sameToken } from "../transport/Policy.js"
+import { headerTokenOf, sameToken } from "../transport/Policy.js"
 
 export type Access =
   | {
@@ -66,7 +66,7 @@ export const decide = (
   if (config.token === undefined) {
     return { _tag: "Denied", status: 403, message: `The server listens on ${config.host}, not a loopback address: the console needs a token. To open it, ${TOKEN_HELP}.` }
   }
-  const bearer = request.authorization?.match(/^Bearer\s+(\S+)\s*$/i)?.[1] ?? request.tokenHeader
+  const bearer = headerTokenOf(request.authorization, request.tokenHeader)
   const given = bearer ?? request.queryToken
   if (given === undefined || !sameToken(given, Redacted.value(config.token))) {
     return { _tag: "Denied", status: 401, message: "The console needs the configured token: open /console?token=<token> or send Authorization: Bearer <token>." }

@@ -59,7 +59,7 @@ export type Verdict =
 const PASS: Verdict = { _tag: "Pass" }
 
 
-/** Cursor's API host names (the proxy decrypts these; the TLS listener is given to Cursor in their place). */
+/** Cursor's API hosts, canonical (lower case, no trailing dot): api2, api3, api5 and the agent hosts under it. The proxy decrypts these; the TLS listener is given to Cursor in their place. */
 export const isCursorHost = (name: string): boolean =>
   name === "api2.cursor.sh" || name === "api3.cursor.sh" || name === "api5.cursor.sh" || name.endsWith(".api5.cursor.sh")
 
@@ -82,7 +82,7 @@ const hostAllowed = (settings: PolicySettings, facts: RequestFacts, header: stri
   if (isCursorHost(host.name)) return facts.via !== "direct" || facts.cursorListener
   // Off loopback (where every request needs the token) the bind name and address literals are
   // the server's too: a literal cannot be rebound, so no web page is behind it.
-  if (!isLoopbackBind(settings.bindHost) && (host.name === settings.bindHost.toLowerCase().replace(/^\[(.*)\]$/, "$1") || isIP(host.name) !== 0)) return true
+  if (!isLoopback(settings.bindHost) && (host.name === settings.bindHost.toLowerCase().replace(/^\[(.*)\]$/, "$1") || isIP(host.name) !== 0)) return true
   if (!isLoopback(host.name)) return false
   // Handed on by the proxy or the TLS listener: the Host names the port the client used there.
   return facts.via !== "direct" || facts.localPort === undefined || port === facts.localPort
@@ -138,19 +138,20 @@ const digest = (text: string) => createHash("sha256").update(text, "utf8").diges
 /** Equal tokens, compared in constant time (of their digests). */
 export const sameToken = (given: string, expected: string): boolean => timingSafeEqual(digest(given), digest(expected))
 
-/** The token a request carries: `Authorization: Bearer`, `x-byok-token`, or `?token=`. */
-export const tokenOf = (facts: Pick<RequestFacts, "authorization" | "tokenHeader" | "query">): string | undefined =>
-  facts.authorization?.match(/^Bearer\s+(\S+)\s*$/i)?.[1] ?? facts.tokenHeader ?? (new URLSearchParams(facts.query).get("token") ?? undefined)
+/** The token a request's headers carry: `Authorization: Bearer`, else `x-byok-token`. */
+export const headerTokenOf = (authorization: string | undefined, tokenHeader: string | undefined): string | undefined =>
+  authorization?.match(/^Bearer\s+(\S+)\s*$/i)?.[1] ?? tokenHeader
 
-/** Whether the server listens on a loopback address (then no route needs a token). */
-export const isLoopbackBind = (host: string): boolean => isLoopback(host)
+/** The token a request carries: in its headers, or `?token=`. */
+export const tokenOf = (facts: Pick<RequestFacts, "authorization" | "tokenHeader" | "query">): string | undefined =>
+  headerTokenOf(facts.authorization, facts.tokenHeader) ?? (new URLSearchParams(facts.query).get("token") ?? undefined)
 
 export const TOKEN_HELP =
   "set console.token in the configuration file or BYOK_CONSOLE_TOKEN (at least 16 characters), then send it as " +
   "Authorization: Bearer <token>, x-byok-token: <token> or ?token=<token>"
 
 const tokenVerdict = (settings: PolicySettings, facts: RequestFacts): Verdict => {
-  if (isLoopbackBind(settings.bindHost) || facts.path === "/healthz" || facts.via === "proxy") return PASS
+  if (isLoopback(settings.bindHost) || facts.path === "/healthz" || facts.via === "proxy") return PASS
   if (settings.token === undefined) {
     return {
       _tag: "Refuse",
@@ -172,7 +173,7 @@ export const check = (settings: PolicySettings, facts: RequestFacts): Verdict =>
       status: 403,
       cause: "host",
       message: `Host ${JSON.stringify((facts.host ?? "").slice(0, 100))} is not this server's: address it as localhost, 127.0.0.1 or [::1] with its port` +
-        (isLoopbackBind(settings.bindHost) ? "" : ", or add the name to allowedHosts")
+        (isLoopback(settings.bindHost) ? "" : ", or add the name to allowedHosts")
     }
   }
   if (!originAllowed(settings, facts)) {

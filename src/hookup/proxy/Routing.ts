@@ -3,16 +3,16 @@
  * API hosts are decrypted; of their procedures, those this server owns are answered here and
  * the rest reach Cursor unchanged (or, offline, are answered here too).
  */
+import { isCursorHost } from "../../transport/Policy.js"
 import { RUN_PATH } from "../../transport/Run.js"
+import { BIDI_APPEND_PATH, RUN_SSE_PATH } from "../../transport/Service.js"
+import { canonicalName } from "./Leaves.js"
 
-/** Cursor's API hosts: api2 and api3, and the agent hosts under api5 (`agent.api5.cursor.sh`, `agentn.api5.cursor.sh`). */
-export const isInterceptedHost = (host: string) => {
-  const name = host.toLowerCase().replace(/\.$/, "")
-  return name === "api2.cursor.sh" || name === "api3.cursor.sh" || name === "api5.cursor.sh" || name.endsWith(".api5.cursor.sh")
-}
+/** Cursor's API hosts, however a CONNECT spells them (the same names the request policy lets in from the proxy). */
+export const isInterceptedHost = (host: string) => isCursorHost(canonicalName(host))
 
 /** The agent procedures: the turn itself, on either wire. */
-export const agentProcedures: ReadonlyArray<string> = [RUN_PATH, "/agent.v1.AgentService/RunSSE", "/aiserver.v1.BidiService/BidiAppend"]
+export const agentProcedures: ReadonlyArray<string> = [RUN_PATH, RUN_SSE_PATH, BIDI_APPEND_PATH]
 
 /** A request target's path, without its query. */
 export const pathOf = (url: string): string => url.split("?")[0] ?? url
