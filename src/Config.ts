@@ -10,10 +10,17 @@ import * as FileSystem from "@effect/platform/FileSystem"
 import { Config, Effect, Option, Redacted, Schema } from "effect"
 import { homedir } from "node:os"
 import { join } from "node:path"
-import { issueLines } from "./config/Issues.js"
+import { isLoopback, parseNoProxy } from "./config/Hosts.js"
+import { issueLines, jsonPosition } from "./config/Issues.js"
+import { catalogue } from "./config/Catalogue.js"
 import * as FaultInjection from "./FaultInjection.js"
 import { ApiKind, ModelConfig, RetryConfig, routingProblem } from "./llm/Router.js"
 import type { ProviderConfig, RouterConfig } from "./llm/Router.js"
+
+export { isLoopback, parseNoProxy } from "./config/Hosts.js"
+
+/** The shortest token the server takes (from the file or `BYOK_CONSOLE_TOKEN`). */
+const MIN_TOKEN_LENGTH = 16
 
 // =============================================================================
 // The file
@@ -50,7 +57,7 @@ const Bytes = Schema.Int.pipe(Schema.positive())
 
 /** The web console (`/console`): on a non-loopback host it answers only requests carrying this token. */
 export const ConsoleConfig = Schema.Struct({
-  token: Schema.optional(Schema.String.pipe(Schema.minLength(16, { message: () => "a console token of at least 16 characters" })))
+  token: Schema.optional(Schema.String.pipe(Schema.minLength(MIN_TOKEN_LENGTH, { message: () => `a console token of at least ${MIN_TOKEN_LENGTH} characters` })))
 })
 
 /** A host name or `name:port`, as a Host header names it (no scheme, path or user). */
@@ -304,52 +311,8 @@ export const defaultCatalogue: ReadonlyArray<{
   readonly env: string
   readonly provider: ProviderEntry
   readonly models: ReadonlyArray<typeof ModelEntry.Encoded>
-}> = [
-  {
-    env: "OPENAI_API_KEY",
-    provider: { id: "openai", api: "openai-responses", baseUrl: "https://api.openai.com/v1", apiKeyEnv: "OPENAI_API_KEY", headers: {}, extraBody: {}, compat: {} },
-    models: [
-      { id: "gpt-5", provider: "openai", upstreamModel: "gpt-5", contextWindow: 400000, thinking: { effort: "medium" }, supportsImages: true },
-      { id: "gpt-4.1", provider: "openai", upstreamModel: "gpt-4.1", contextWindow: 1047576, supportsImages: true }
-    ]
-  },
-  {
-    env: "ANTHROPIC_API_KEY",
-    provider: { id: "anthropic", api: "anthropic", baseUrl: "https://api.anthropic.com/v1", apiKeyEnv: "ANTHROPIC_API_KEY", headers: {}, extraBody: {}, compat: {} },
-    models: [
-      { id: "claude-sonnet-4-5", provider: "anthropic", upstreamModel: "claude-sonnet-4-5", contextWindow: 200000, maxOutputTokens: 32000, supportsImages: true },
-      { id: "claude-sonnet-4-5-thinking", provider: "anthropic", upstreamModel: "claude-sonnet-4-5", contextWindow: 200000, maxOutputTokens: 32000, thinking: { budgetTokens: 8000 }, supportsImages: true }
-    ]
-  },
-  {
-    env: "GEMINI_API_KEY",
-    provider: { id: "gemini", api: "gemini", baseUrl: "https://generativelanguage.googleapis.com/v1beta", apiKeyEnv: "GEMINI_API_KEY", headers: {}, extraBody: {}, compat: {} },
-    models: [
-      { id: "gemini-2.5-pro", provider: "gemini", upstreamModel: "gemini-2.5-pro", contextWindow: 1048576, supportsImages: true },
-      { id: "gemini-2.5-flash", provider: "gemini", upstreamModel: "gemini-2.5-flash", contextWindow: 1048576, supportsImages: true }
-    ]
-  },
-  {
-    env: "DEEPSEEK_API_KEY",
-    provider: { id: "deepseek", api: "openai-chat", baseUrl: "https://api.deepseek.com/v1", apiKeyEnv: "DEEPSEEK_API_KEY", headers: {}, extraBody: {}, compat: {} },
-    models: [
-      { id: "deepseek-chat", provider: "deepseek", upstreamModel: "deepseek-chat", contextWindow: 128000 },
-      { id: "deepseek-reasoner", provider: "deepseek", upstreamModel: "deepseek-reasoner", contextWindow: 128000 }
-    ]
-  }
-]
+}> = catalogue
 
-/** A `127.x.y.z` literal, each part 0-255 in plain decimal (`127.0.0.1.nip.io` and `127.evil.example` are not). */
-const isLoopbackV4 = (name: string) => {
-  const match = /^127\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(name)
-  return match !== null && match.slice(1).every((part) => Number(part) <= 255 && (part.length === 1 || part[0] !== "0"))
-}
-
-/** Exactly a loopback name or literal: `localhost`, a `127.x.y.z` literal, `::1` (or `[::1]`). */
-export const isLoopback = (host: string): boolean => {
-  const name = host.toLowerCase()
-  return name === "localhost" || name === "::1" || name === "[::1]" || isLoopbackV4(name)
-}
 
 /**
  * Builds the server configuration from a decoded file and an environment (a plain record, so
@@ -449,10 +412,6 @@ const http2Of = (file: FileConfig, env: Readonly<Record<string, string | undefin
   return { cleartextPort, tls: off ? undefined : { port: tlsPort, certFile, keyFile } }
 }
 
-/** `NO_PROXY`'s comma- or space-separated entries, lower-cased, ports dropped. */
-export const parseNoProxy = (text: string | undefined): ReadonlyArray<string> =>
-  (text ?? "").split(/[\s,]+/).map((entry) => entry.trim().toLowerCase().replace(/^\*\./, ".").replace(/:\d+$/, "")).filter((entry) => entry !== "")
-
 /** The proxy: the file's, then `BYOK_PROXY_PORT` (a port, or `off`), `BYOK_OFFLINE`, `BYOK_UPSTREAM_PROXY` or `HTTPS_PROXY`. */
 const proxyOf = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ServerConfig["proxy"] => {
   const portText = env["BYOK_PROXY_PORT"]
@@ -469,13 +428,6 @@ const proxyOf = (file: FileConfig, env: Readonly<Record<string, string | undefin
 const isPort = (port: number | undefined) => port === undefined || (Number.isInteger(port) && port >= 0 && port <= 65535)
 
 
-/** ` at line L, column C` of the offset a JSON.parse message names, when it names one. */
-const jsonPosition = (text: string, message: string): string => {
-  const offset = /position (\d+)/.exec(message)?.[1]
-  if (offset === undefined) return ""
-  const before = text.slice(0, Number(offset)).split("\n")
-  return ` at line ${before.length}, column ${before[before.length - 1]!.length + 1}`
-}
 
 /** Decodes the text of a configuration file; each problem is one line naming the file, the field and what was expected. */
 export const decodeFile = (path: string, text: string): Effect.Effect<FileConfig, ConfigError> =>
@@ -504,8 +456,8 @@ export const validate = (config: ServerConfig, env: Readonly<Record<string, stri
       return yield* new ConfigError({ message: `BYOK_TLS_PORT must be a port number (0-65535) or off, got ${env["BYOK_TLS_PORT"]}` })
     }
     const token = env["BYOK_CONSOLE_TOKEN"]
-    if (token !== undefined && token !== "" && token.length < 16) {
-      return yield* new ConfigError({ message: `BYOK_CONSOLE_TOKEN must be at least 16 characters (it has ${token.length}): it guards the histories and your keys off loopback` })
+    if (token !== undefined && token !== "" && token.length < MIN_TOKEN_LENGTH) {
+      return yield* new ConfigError({ message: `BYOK_CONSOLE_TOKEN must be at least ${MIN_TOKEN_LENGTH} characters (it has ${token.length}): it guards the histories and your keys off loopback` })
     }
     const badHost = (env["BYOK_ALLOWED_HOSTS"] ?? "").split(",").map((name) => name.trim()).find((name) => name !== "" && !Schema.is(HostName)(name))
     if (badHost !== undefined) {

@@ -103,3 +103,11 @@ export const issueLines = (error: ParseResult.ParseError): ReadonlyArray<string>
   }
   return lines
 }
+
+/** ` at line L, column C` of the offset a JSON.parse message names, when it names one. */
+export const jsonPosition = (text: string, message: string): string => {
+  const offset = /position (\d+)/.exec(message)?.[1]
+  if (offset === undefined) return ""
+  const before = text.slice(0, Number(offset)).split("\n")
+  return ` at line ${before.length}, column ${before[before.length - 1]!.length + 1}`
+}
