@@ -4,12 +4,7 @@
  */
 import { create } from "@bufbuild/protobuf"
 import { ThinkingStyle, ToolCallSchema } from "../gen/agent/v1/agent_pb.js"
-import type {
-  AgentServerMessage,
-  ExecServerMessage,
-  ToolCallDelta,
-  UserMessage as CursorUserMessage
-} from "../gen/agent/v1/agent_pb.js"
+import type { AgentServerMessage, ExecServerMessage, ToolCallDelta } from "../gen/agent/v1/agent_pb.js"
 import { addUsage } from "../Llm.js"
 import type { ResponseEvent, Usage } from "../Llm.js"
 import { partialCursorToolCall } from "../Tools.js"
@@ -230,17 +225,6 @@ const encodeTurnEnded = (usage: Usage): AgentServerMessage =>
       reasoningTokens: BigInt(usage.reasoning)
     }
   })
-
-/** `user_message_appended`: shows a follow-up user message that joined the running turn. */
-export const encodeUserMessageAppended = (userMessage: CursorUserMessage): AgentServerMessage =>
-  update({ case: "userMessageAppended", value: { userMessage } })
-
-/** `step_started` / `step_completed`: optional step markers (the real server sends step_completed before the final blobs). */
-export const encodeStepStarted = (stepId: number): AgentServerMessage =>
-  update({ case: "stepStarted", value: { stepId: BigInt(stepId) } })
-
-export const encodeStepCompleted = (stepId: number, durationMs: number): AgentServerMessage =>
-  update({ case: "stepCompleted", value: { stepId: BigInt(stepId), stepDurationMs: BigInt(Math.max(0, Math.round(durationMs))) } })
 
 export const LENGTH_NOTICE = "\n\n(The answer was cut off at the model's output token limit.)"
 

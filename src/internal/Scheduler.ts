@@ -53,7 +53,19 @@ class TaskQueue<A = Scheduler.Task> {
   }
 }
 
-export class SlicedScheduler implements Scheduler.Scheduler {
+/** A scheduler's lane for model-stream reads (`SlicedScheduler` has one). */
+export interface StreamLane {
+  /** Tasks wait for a later slice: the process is behind. */
+  readonly backlogged: boolean
+  /** Queues a read in the check phase, after the urgent tasks and before the normal ones. */
+  queueStream(task: () => void): void
+}
+
+/** The scheduler's stream lane, when it offers one. */
+export const streamLaneOf = (scheduler: Scheduler.Scheduler): StreamLane | undefined =>
+  scheduler instanceof SlicedScheduler ? scheduler : undefined
+
+export class SlicedScheduler implements Scheduler.Scheduler, StreamLane {
   private readonly urgent = new TaskQueue()
   private readonly streams = new TaskQueue<StreamTask>()
   private readonly normal = new TaskQueue()

@@ -8,7 +8,8 @@
  * is taken from wherever the vendor puts it,
  * cached tokens are counted once, and errors are read in-band, from `event: error`, and from
  * status codes. The compat table captures what differs between vendors on the request side;
- * `openAiChat/Wire.ts` what differs on the response side (usage conventions, typed content).
+ * `openAiChat/Wire.ts` what differs on the response side (usage conventions, typed content), and
+ * `openAiChat/Blocks.ts` which block each delta belongs to.
  */
 import { Either, Redacted } from "effect"
 import type { AssistantMessage, LlmError, Message, RequestMessages, ResponseEvent } from "../Llm.js"
@@ -31,18 +32,8 @@ import {
   transformForReplay
 } from "./Common.js"
 import { itemsOf, memoFor, type MessageParts, pushHistory } from "./common/HistoryParts.js"
-import {
-  ChatChunk,
-  type ChatToolCallDelta,
-  contentParts,
-  decodeReasoningSignature,
-  encodeReasoningSignature,
-  type Finish,
-  mapFinishReason,
-  mapUsage,
-  mergeReasoningDetails,
-  type ReasoningDetail
-} from "./openAiChat/Wire.js"
+import { ChatBlocks } from "./openAiChat/Blocks.js"
+import { ChatChunk, contentParts, decodeReasoningSignature, type Finish, mapFinishReason, mapUsage } from "./openAiChat/Wire.js"
 import type { SseEvent } from "./Sse.js"
 
 export { ChatChoice, ChatChunk, ChatToolCallDelta, ChatUsage, mapFinishReason, mapUsage } from "./openAiChat/Wire.js"
@@ -105,77 +96,11 @@ const decodeChunk = decoderFor(ChatChunk)
 // State machine
 // =============================================================================
 
-const isCompleteJson = (text: string): boolean => {
-  try {
-    JSON.parse(text)
-    return true
-  } catch {
-    return false
-  }
-}
-
 export const makeMachine = (meta: StreamMeta): Machine => {
   const assembler = new Assembler(meta)
+  const blocks = new ChatBlocks(assembler)
   let finished = false
-  let textIndex: number | undefined
-  let thinkingIndex: number | undefined
-  // Per thinking block: the field its text came in and the reasoning details that arrived with it.
-  const thinkingSources = new Map<number, { readonly field: string; readonly details: Array<ReasoningDetail> }>()
-  let lastThinkingIndex: number | undefined
-  // Tool calls by wire `index` ("i0") or, when a vendor sends none, by id ("id:call_1").
-  const toolKeys = new Map<string, number>()
-  let lastToolIndex: number | undefined
   let finish: Finish | undefined
-
-  const closeText = (out: Array<ResponseEvent>) => {
-    if (textIndex !== undefined) assembler.end(out, textIndex)
-    textIndex = undefined
-  }
-  const closeThinking = (out: Array<ResponseEvent>) => {
-    if (thinkingIndex !== undefined) assembler.end(out, thinkingIndex)
-    thinkingIndex = undefined
-  }
-  const openThinking = (out: Array<ResponseEvent>, field: string): number => {
-    if (thinkingIndex !== undefined) return thinkingIndex
-    closeText(out)
-    const index = assembler.startThinking(out)
-    thinkingIndex = index
-    lastThinkingIndex = index
-    thinkingSources.set(index, { field, details: [] })
-    // Remember which field it came in, so it can be sent back under the same name.
-    assembler.setSignature(index, field)
-    return index
-  }
-  const text = (out: Array<ResponseEvent>, delta: string) => {
-    if (textIndex === undefined) {
-      closeThinking(out)
-      textIndex = assembler.startText(out)
-    }
-    assembler.textDelta(out, textIndex, delta)
-  }
-
-  /** The block of one tool-call fragment, started when it is the first of its call. */
-  const toolBlockFor = (out: Array<ResponseEvent>, call: typeof ChatToolCallDelta.Type): number => {
-    const id = typeof call.id === "string" && call.id.length > 0 ? call.id : undefined
-    const name = typeof call.function?.name === "string" && call.function.name.length > 0 ? call.function.name : undefined
-    const wireIndex = typeof call.index === "number" ? call.index : undefined
-    const key = wireIndex !== undefined ? `i${wireIndex}` : id !== undefined ? `id:${id}` : undefined
-    let blockIndex = key !== undefined ? toolKeys.get(key) : lastToolIndex
-    if (blockIndex !== undefined && wireIndex !== undefined && id !== undefined && name !== undefined) {
-      // Ollama gives every call of a response index 0: a new id and name on an index whose call
-      // already holds complete arguments starts the next call.
-      const block = assembler.blocks[blockIndex]
-      if (block?.kind === "toolCall" && block.id !== id && isCompleteJson(block.args)) blockIndex = undefined
-    }
-    if (blockIndex === undefined) {
-      closeThinking(out)
-      closeText(out)
-      blockIndex = assembler.startToolCall(out, id ?? `call_${wireIndex ?? toolKeys.size}`, name ?? "")
-      if (key !== undefined) toolKeys.set(key, blockIndex)
-    }
-    lastToolIndex = blockIndex
-    return blockIndex
-  }
 
   const complete = (out: Array<ResponseEvent>): LlmError | undefined => {
     finished = true
@@ -202,29 +127,16 @@ export const makeMachine = (meta: StreamMeta): Machine => {
     if (delta) {
       const reasoningField = typeof delta.reasoning_content === "string" ? "reasoning_content" : typeof delta.reasoning === "string" ? "reasoning" : undefined
       const reasoning = reasoningField === "reasoning_content" ? delta.reasoning_content : reasoningField === "reasoning" ? delta.reasoning : undefined
-      if (reasoningField !== undefined && typeof reasoning === "string" && reasoning.length > 0) {
-        assembler.thinkingDelta(out, openThinking(out, reasoningField), reasoning)
-      }
+      if (reasoningField !== undefined && typeof reasoning === "string" && reasoning.length > 0) blocks.thinking(out, reasoningField, reasoning)
       for (const piece of contentParts(delta.content)) {
-        if (piece.kind === "thinking") assembler.thinkingDelta(out, openThinking(out, "content"), piece.text)
-        else text(out, piece.text)
+        if (piece.kind === "thinking") blocks.thinking(out, "content", piece.text)
+        else blocks.text(out, piece.text)
       }
       if (delta.reasoning_details !== undefined && delta.reasoning_details !== null) {
-        // Details belong to the open thinking block, else the last one (its ThinkingEnd has gone out,
-        // the Done message carries them); alone (encrypted only), they open one.
-        const index = thinkingIndex ?? lastThinkingIndex
-        const target = index ?? openThinking(out, reasoningField ?? "reasoning")
-        const source = thinkingSources.get(target)
-        if (source !== undefined && mergeReasoningDetails(source.details, delta.reasoning_details)) {
-          assembler.setSignature(target, encodeReasoningSignature(source.field, source.details))
-        }
+        blocks.reasoningDetails(out, reasoningField ?? "reasoning", delta.reasoning_details)
       }
-      if (typeof delta.refusal === "string" && delta.refusal.length > 0) text(out, delta.refusal)
-      for (const call of delta.tool_calls ?? []) {
-        const blockIndex = toolBlockFor(out, call)
-        const fragment = call.function?.arguments
-        if (typeof fragment === "string") assembler.toolCallDelta(out, blockIndex, fragment)
-      }
+      if (typeof delta.refusal === "string" && delta.refusal.length > 0) blocks.text(out, delta.refusal)
+      for (const call of delta.tool_calls ?? []) blocks.toolCall(out, call)
     }
     if (typeof choice.finish_reason === "string" && choice.finish_reason.length > 0) finish = mapFinishReason(choice.finish_reason)
     return undefined
