@@ -40,12 +40,12 @@ const actorPath = [MetricLabel.make("path", "actor")]
 export const countStreamEvents = (path: "fast" | "actor", n: number): void =>
   streamEvents.unsafeUpdate(n, path === "fast" ? fastPath : actorPath)
 export const appends = Metric.counter("byok_appends_total", {
-  description: "Client messages taken (BidiAppend or Run), by path: at_once (no input, next in order, the request not busy: settled in one step) or general (ordered, committed and acknowledged through the request's lock)",
+  description: "Client messages taken (BidiAppend or Run), by path: at_once (taken while the request was not busy, nothing asked of the store, acknowledged at once) or general (waited for the request's lock, the store, or its inputs' commits)",
   incremental: true
 })
 const atOnce = [MetricLabel.make("path", "at_once")]
 const general = [MetricLabel.make("path", "general")]
-/** Counts a client message by the path that took it (`ClientInput.acceptAtOnce` or `accept`). */
+/** Counts a client message by how `Driver.accept` took it. */
 export const countAppend = (path: "at_once" | "general"): void => appends.unsafeUpdate(1, path === "at_once" ? atOnce : general)
 export const timeToFirstDelta = Metric.histogram(
   "byok_time_to_first_delta_seconds",

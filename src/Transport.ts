@@ -2,7 +2,7 @@
  * Cursor's agent transport: the wires a turn session binds to. HTTP/1.1 mode is `RunSSE` (a
  * request's server messages as a stream) plus `BidiAppend` (the client's messages, one POST
  * each, numbered by `append_seqno`); HTTP/2 mode is the bidi `Run` (`transport/Run.ts`), both
- * directions on one stream. Either way the client's messages go through `ClientInput.accept`
+ * directions on one stream. Either way the client's messages go through `Driver.accept`
  * and the output is the session's turn channel, so a turn gives the same frames, checkpoints,
  * recovery and errors on either wire.
  *
@@ -16,8 +16,10 @@ import { Readable } from "node:stream"
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage } from "./Dialect.js"
 import { ClientGateway, Runner } from "./Runner.js"
-import { awaitSettled, dropHeld } from "./transport/Acks.js"
-import { accept, acceptAtOnce, makeInputEnv } from "./transport/ClientInput.js"
+import { SessionInput } from "./Session.js"
+import { awaitSettled } from "./transport/Acks.js"
+import { makeInputEnv } from "./transport/ClientInput.js"
+import { accept, step } from "./transport/Driver.js"
 import { noServerWork } from "./transport/InputEnv.js"
 import { linkParent, parentLinkOf } from "./transport/Subagents.js"
 import { workerOf } from "./transport/Work.js"
@@ -47,7 +49,7 @@ export const make = Effect.gen(function*() {
   const runner = yield* Runner
   // The web tools need the Web service; without it (tests of the transport alone) they are never offered.
   const web = yield* Effect.serviceOption(Web)
-  const env: InputEnv = makeInputEnv(sessions.env, runner, sessions, Option.match(web, { onNone: () => noServerWork, onSome: workerOf }))
+  const env: InputEnv = yield* makeInputEnv(sessions.env, runner, sessions, Option.match(web, { onNone: () => noServerWork, onSome: workerOf }))
   const { options } = env
   const background = yield* FiberSet.make()
 
@@ -64,12 +66,10 @@ export const make = Effect.gen(function*() {
       }
       // A subagent's run names its parent on its requests: the session keeps it before its run request is taken.
       if (parent !== undefined) linkParent(yield* sessions.sessionFor(requestId), parent)
-      const seqno = Number(appendSeqno)
-      if (Either.isRight(message) && (yield* acceptAtOnce(env, requestId, seqno, message.right))) return APPEND_RESPONSE
-      return yield* appendFor(requestId, seqno, message).pipe(Effect.annotateLogs({ requestId }))
+      return yield* appendFor(requestId, Number(appendSeqno), message).pipe(Effect.annotateLogs({ requestId }))
     })
 
-  /** An append `acceptAtOnce` did not take: the logs of its handling carry its request id. */
+  /** An append: the logs of its handling carry its request id. */
   const appendFor = (requestId: string, seqno: number, decoded: Dialect.BidiAppendFrame["message"]) =>
     Effect.gen(function*() {
       // Undecodable data still takes its seqno (the client will not send it again): logged, acknowledged, dropped.
@@ -88,7 +88,7 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const session = yield* sessions.sessionFor(requestId)
       if (!session.channel.isClosed() || !session.channel.endDelivered() || session.channel.isAttached()) return session
-      yield* session.lock.withPermits(1)(dropHeld(session))
+      yield* session.lock.withPermits(1)(step(env, session, SessionInput.DropHeld()))
       return yield* sessions.replace(requestId)
     })
 
@@ -111,8 +111,7 @@ export const make = Effect.gen(function*() {
     })
 
   const runMessage = (requestId: string, seqno: number, message: ClientMessage) =>
-    Effect.flatMap(acceptAtOnce(env, requestId, seqno, message), (taken) =>
-      taken ? Effect.void : Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs({ requestId })))
+    Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs({ requestId }))
 
   const runOutput = (requestId: string, parent?: Dialect.ParentLink) =>
     Effect.map(readerSession(requestId), (session) => {

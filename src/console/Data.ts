@@ -83,12 +83,12 @@ export interface ConversationView {
 export const runningTurns = (sessions: SessionsService): ReadonlyArray<RunningTurn> => {
   const running: Array<RunningTurn> = []
   for (const [requestId, session] of sessions.entries()) {
-    if (session.lifecycle._tag !== "Running") continue
+    if (session.state.lifecycle._tag !== "Running") continue
     running.push({
       requestId,
-      conversationId: session.conversationId ?? null,
-      turnId: session.turnId ?? null,
-      model: session.run?.model ?? null,
+      conversationId: session.state.conversationId ?? null,
+      turnId: session.state.turnId ?? null,
+      model: session.state.run?.model ?? null,
       startedAtMs: session.createdAtMs,
       lastActivityMs: session.lastActivityMs
     })

@@ -2,9 +2,10 @@
 import { Effect } from "effect"
 import type { Context } from "effect"
 import type { TurnWebTools } from "../Loop.js"
-import type { Runner } from "../Runner.js"
+import type { Runner, StartedTurn } from "../Runner.js"
+import type { SessionCommand } from "../Session.js"
 import * as Tools from "../Tools.js"
-import type { Session, SessionEnv, Taken } from "./Session.js"
+import type { Session, SessionEnv } from "./Session.js"
 import type { SessionsService } from "./Sessions.js"
 
 /** The web work the server does itself for approved tool calls (search and fetch), and which of it it can do now. */
@@ -22,11 +23,18 @@ export const noServerWork: ServerWorker = {
   perform: () => Effect.succeed(Tools.WorkResult.Failed({ error: "This server does no web work.", refused: true }))
 }
 
-/** What handing on a client message needs beyond the session: the runner, the registry, and `handOn` (for `Recovery.ts`). */
+/** The commands of the session machine carried out by `ClientInput.ts` and `Recovery.ts` (the driver's own are in `Driver.ts`). */
+export type EffectCommand = Extract<SessionCommand, { readonly _tag: "StartTurn" | "Deliver" | "Resume" | "End" | "WatchGaps" }>
+
+/** What the driver needs beyond the session: the runner, the registry, the worker, and the commands carried out elsewhere. */
 export interface InputEnv extends SessionEnv {
   readonly runner: Context.Tag.Service<Runner>
   readonly sessions: SessionsService
   readonly worker: ServerWorker
-  readonly handOn: (session: Session, ready: ReadonlyArray<Taken>) => Effect.Effect<void>
+  /** Runs an effect in the background (a commit's follow-up, outside any fiber of ours). */
+  readonly fork: (effect: Effect.Effect<void>) => void
+  readonly carryOut: (session: Session, command: EffectCommand) => Effect.Effect<void>
+  /** Replays the end of a turn an earlier process ended (`Recovery.replayEnd`). */
+  readonly replayEnd: (session: Session, ended: Extract<StartedTurn, { readonly _tag: "Ended" }>) => Effect.Effect<void>
 }
 

@@ -17,7 +17,8 @@ import { Clock, Effect, FiberSet, Option, Stream } from "effect"
 import * as Dialect from "../Dialect.js"
 import type { InputEnv } from "./InputEnv.js"
 import { FLAG_END_STREAM } from "./Connect.js"
-import { isUnresolved, Lifecycle, requestIdOf } from "./Session.js"
+import { SessionInput, sessionTransition } from "../Session.js"
+import { isUnresolved, requestIdOf } from "./Session.js"
 import type { Session } from "./Session.js"
 import { endSession, sendTurnEnd } from "./TurnEnd.js"
 
@@ -25,7 +26,7 @@ import { endSession, sendTurnEnd } from "./TurnEnd.js"
 const turnInFlight = (env: InputEnv, resumer: Session, conversationId: string): Session | undefined => {
   let found: Session | undefined
   for (const [, session] of env.sessions.entries()) {
-    if (session === resumer || session.resumeOf !== undefined || session.conversationId !== conversationId || isUnresolved(session)) continue
+    if (session === resumer || session.resumeOf !== undefined || session.state.conversationId !== conversationId || isUnresolved(session)) continue
     if (found === undefined || session.createdAtMs > found.createdAtMs) found = session
   }
   return found
@@ -33,7 +34,7 @@ const turnInFlight = (env: InputEnv, resumer: Session, conversationId: string): 
 
 export const resume = (env: InputEnv, session: Session) =>
   Effect.gen(function*() {
-    const conversationId = session.conversationId ?? session.requestId
+    const conversationId = session.state.conversationId ?? session.requestId
     const inFlight = turnInFlight(env, session, conversationId)
     if (inFlight !== undefined) return yield* mirror(env, session, inFlight)
     const current = yield* env.runner.currentTurn(conversationId)
@@ -44,8 +45,8 @@ export const resume = (env: InputEnv, session: Session) =>
     if (Option.isSome(current) && current.value._tag === "Ended") {
       const ended = current.value
       yield* Effect.logInfo(`transport: ${session.requestId} resumes conversation ${conversationId}, whose turn ${ended.turn.turnId} is over: its end is sent again`)
-      session.lifecycle = Lifecycle.Replaying()
-      session.todos = Dialect.todosOf(session.run?.conversationState ?? Dialect.carriedCheckpointOf(ended.turn.settings))
+      session.state = sessionTransition(session.state, SessionInput.Replays({ conversationId, turnKey: undefined })).state
+      session.todos = Dialect.todosOf(session.state.run?.conversationState ?? Dialect.carriedCheckpointOf(ended.turn.settings))
       return yield* sendTurnEnd(env.sessions.env, session, ended.turn, ended.outcome, ended.state, ended.usage)
     }
     yield* endSession(session, Dialect.EndStream.Error({
@@ -61,8 +62,8 @@ const mirror = (env: InputEnv, resumer: Session, turn: Session) =>
     resumer.resumeOf = turn
     // The turn's client is back: its answers can come again.
     turn.inputEnded = false
-    resumer.lifecycle = Lifecycle.Running()
-    yield* Effect.logInfo(`transport: ${resumer.requestId} resumes the turn of ${turn.requestId} (conversation ${turn.conversationId})`)
+    resumer.state = sessionTransition(resumer.state, SessionInput.Mirrors()).state
+    yield* Effect.logInfo(`transport: ${resumer.requestId} resumes the turn of ${turn.requestId} (conversation ${turn.state.conversationId})`)
     // Only the backlog can hold execs the client answered already; later frames are new.
     const backlog = turn.channel.size()
     let read = 0
@@ -71,7 +72,7 @@ const mirror = (env: InputEnv, resumer: Session, turn: Session) =>
       const replayed = read++ < backlog
       if ((frame[0]! & FLAG_END_STREAM) !== 0) {
         return Effect.flatMap(Clock.currentTimeMillis, (atMs) => {
-          resumer.lifecycle = Lifecycle.Ended({ atMs, replayed: false })
+          resumer.state = sessionTransition(resumer.state, SessionInput.Ended({ atMs })).state
           return resumer.channel.close(frame)
         })
       }

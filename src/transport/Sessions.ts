@@ -15,7 +15,8 @@ import { ClientGateway } from "../Runner.js"
 import type { CompactionProgress, DispatchedOperation, TurnOutcome, TurnRef } from "../Runner.js"
 import type { TransportOptions } from "./Options.js"
 import { envelope } from "./Connect.js"
-import { endFrameOf, frameOf, Lifecycle, makeSession, requestIdOf, write } from "./Session.js"
+import { SessionInput, sessionTransition } from "../Session.js"
+import { endFrameOf, frameOf, makeSession, requestIdOf, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import { startOperation, toolContext } from "./ToolOps.js"
 import { beginNextTurn, sendTurnEnd } from "./TurnEnd.js"
@@ -51,7 +52,7 @@ export interface SessionsService {
   readonly remove: (requestId: string) => void
   readonly size: () => number
   /** Recovered turns the runner spoke for while their client's appends were held (`Recovery.adoptHeld`). */
-  readonly adoptions: Queue.Dequeue<Session>
+  readonly adoptions: Queue.Queue<Session>
   readonly gateway: Context.Tag.Service<ClientGateway>
   /** Ends every open stream with a retryable error (graceful shutdown). */
   readonly shutdown: Effect.Effect<void>
@@ -86,32 +87,26 @@ export const make = (options: TransportOptions) =>
         return session
       })
 
+    /**
+     * The runner speaks for `turn` on its request's session (the machine's `Spoke`): a turn
+     * recovered after a restart starts its todos from what its run request's checkpoint held; a
+     * queued message's turn clears what the last one kept; held appends of a recovered turn are
+     * adopted (`Recovery.adoptHeld`, through `adoptions`).
+     */
+    const spoke = (session: Session, turn: TurnRef): void => {
+      const step = sessionTransition(session.state, SessionInput.Spoke({ turn }))
+      session.state = step.state
+      for (const command of step.commands) {
+        if (command._tag === "Recovered") session.todos = Dialect.todosOf(Dialect.carriedCheckpointOf(turn.settings))
+        else if (command._tag === "NextTurn") beginNextTurn(session)
+        else if (command._tag === "AdoptHeld") Queue.unsafeOffer(adoptions, session)
+      }
+    }
+
     /** The session of a turn the runner speaks for. */
     const turnSession = (turn: TurnRef): Effect.Effect<Session> =>
-      Effect.gen(function*() {
-        const session = yield* sessionFor(requestIdOf(turn))
-        const lifecycle = session.lifecycle
-        if (lifecycle._tag === "Open") {
-          if (session.run === undefined) {
-            // A turn recovered after a restart: its todos start from what the run request's checkpoint
-            // held; the client's follow-ups and cancels go to its conversation, under the input ids
-            // the previous process gave them, so one it applied already is skipped.
-            session.todos = Dialect.todosOf(Dialect.carriedCheckpointOf(turn.settings))
-            session.conversationId = turn.conversationId
-            const userMessageId = Dialect.userMessageIdOf(turn.settings)
-            if (userMessageId !== "") session.turnKey = userMessageId
-          }
-          session.lifecycle = Lifecycle.Running()
-          session.turnId = turn.turnId
-        } else if (lifecycle._tag === "Ending" && !lifecycle.replayed && lifecycle.turnId !== turn.turnId) {
-          beginNextTurn(session, turn.turnId)
-        } else if (lifecycle._tag === "Running") {
-          session.turnId = turn.turnId
-        }
-        if (session.run === undefined && session.inbox.next === 0 && session.inbox.recovered === undefined) {
-          if (session.inbox.held.size === 0) session.recovery.adoptFirstAppend = true
-          else yield* Queue.offer(adoptions, session)
-        }
+      Effect.map(sessionFor(requestIdOf(turn)), (session) => {
+        spoke(session, turn)
         return session
       })
 
@@ -122,15 +117,11 @@ export const make = (options: TransportOptions) =>
         yield* session.channel.write(encodeEvents(session, turn, callId, events, nowMs))
       })
 
+    /** `publish` in the caller's fiber, for a session that exists already (the delta fast path); false: `publish` it. */
     const publishNow = (turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>, nowMs: number): boolean => {
       const session = sessions.get(requestIdOf(turn))
-      if (session === undefined || session.lifecycle._tag !== "Running") return false
-      if (session.turnId !== turn.turnId) {
-        // A live run request whose turn has not spoken yet: its first frames may be these (as
-        // `turnSession` would, which a recovered turn still goes through).
-        if (session.turnId !== undefined || session.run === undefined) return false
-        session.turnId = turn.turnId
-      }
+      if (session === undefined) return false
+      spoke(session, turn)
       session.lastActivityMs = nowMs
       session.channel.unsafeWrite(encodeEvents(session, turn, callId, events, nowMs))
       return true

@@ -57,7 +57,7 @@ const findTask = (session: Session | undefined, toolCallId: string) =>
 
 /** The child sessions running a subagent: by its agent id (the child's conversation). */
 const childSessionsOf = (sessions: SessionsService, subagentId: string): ReadonlyArray<Session> =>
-  [...sessions.entries()].map(([, session]) => session).filter((session) => session.parent !== undefined && session.conversationId === subagentId)
+  [...sessions.entries()].map(([, session]) => session).filter((session) => session.parent !== undefined && session.state.conversationId === subagentId)
 
 export interface CanceledSubagent {
   /** The parent's Task result to submit (undefined when no Task of this request waits for it). */
@@ -73,7 +73,7 @@ export interface CanceledSubagent {
 export const cancelSubagent = (sessions: SessionsService, parent: Session, subagentId: string): Effect.Effect<CanceledSubagent> =>
   Effect.gen(function*() {
     const byChild = [...parent.operations.values()].find((operation) => operation.child?.conversationId === subagentId && operation.run?._tag === "Task")
-    const children = new Set(childSessionsOf(sessions, subagentId).map((session) => session.conversationId!))
+    const children = new Set(childSessionsOf(sessions, subagentId).map((session) => session.state.conversationId!))
     if (byChild?.child !== undefined) children.add(byChild.child.conversationId)
     if (byChild === undefined || byChild.run?._tag !== "Task") {
       if (children.size === 0) yield* Effect.logInfo(`transport: ${parent.requestId}: cancel_subagent_action for ${subagentId}, which does not run here; nothing changed`)

@@ -24,8 +24,9 @@ import type { RunningOperation, Session } from "./Session.js"
 export const announceRunning = (session: Session, operation: RunningOperation): Effect.Effect<void> => {
   const run = operation.run
   // A new chat's run request holds no checkpoint: the running one starts from an empty state, as the client's does.
-  if (run?._tag !== "Task" || session.run === undefined) return Effect.void
-  const base = session.lastCheckpoint ?? session.run.conversationState
+  const request = session.state.run
+  if (run?._tag !== "Task" || request === undefined) return Effect.void
+  const base = session.lastCheckpoint ?? request.conversationState
   const checkpoint = Dialect.runningSubagentCheckpoint(base, { call: run.call, title: run.args.description, subagentId: operation.child?.conversationId })
   return write(session, [Dialect.encodeCheckpoint(checkpoint)])
 }
@@ -52,11 +53,11 @@ export const isWork = (step: ToolDone | WorkToDo | undefined): step is WorkToDo 
 const doneOnly = (step: ToolDone | WorkToDo | undefined): ToolDone | undefined => (isWork(step) ? undefined : step)
 
 export const toolContext = (session: Session, turn: TurnRef | undefined, subagentModel?: string): Tools.ToolContext => ({
-  mcpTools: session.run?.mcpTools ?? (turn === undefined ? [] : mcpToolsOf(turn.settings)),
+  mcpTools: session.state.run?.mcpTools ?? (turn === undefined ? [] : mcpToolsOf(turn.settings)),
   todos: session.todos,
   // The committed settings: an approved SwitchMode is in them from the next tool call on.
   mode: turn === undefined ? "agent" : modeOfSettings(turn.settings),
-  terminalsFolder: turn?.settings.workspace?.terminalsFolder ?? session.run?.workspace.terminalsFolder ?? "",
+  terminalsFolder: turn?.settings.workspace?.terminalsFolder ?? session.state.run?.workspace.terminalsFolder ?? "",
   subagents: {
     subagentModel: subagentModel ?? turn?.settings.model ?? "",
     customSubagents: turn?.settings.subagents ?? [],

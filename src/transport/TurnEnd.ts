@@ -15,7 +15,9 @@ import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
 import type { Usage } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 import type { TurnOutcome, TurnRef } from "../Runner.js"
-import { endFrameOf, frameOf, Lifecycle, write } from "./Session.js"
+import * as State from "../Session.js"
+import { SessionInput, sessionTransition } from "../Session.js"
+import { endFrameOf, frameOf, isEnded, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import { toolContext } from "./ToolOps.js"
 import { contextTokensOf, modeOfSettings } from "../Loop.js"
@@ -27,9 +29,7 @@ const QUEUED_TURN_START_MS = 10_000
 /** Writes the end-stream frame: the session is over; what still waits on the client is released. */
 export const endSession = (session: Session, end: Dialect.EndStream) =>
   Effect.gen(function*() {
-    const replayed = session.lifecycle._tag === "Replaying" ||
-      (session.lifecycle._tag === "Ending" && session.lifecycle.replayed)
-    session.lifecycle = Lifecycle.Ended({ atMs: yield* Clock.currentTimeMillis, replayed })
+    session.state = sessionTransition(session.state, SessionInput.Ended({ atMs: yield* Clock.currentTimeMillis })).state
     for (const ack of session.blobAcks.values()) ack(false)
     for (const read of session.blobReads.values()) yield* Deferred.succeed(read, undefined)
     session.blobAcks.clear()
@@ -46,7 +46,7 @@ export const endInput = (session: Session) =>
   })
 
 /** Whether `session` is still ending the turn `turnId` (no later turn started on it, not ended). */
-const stillEnding = (session: Session, turnId: string) => session.lifecycle._tag === "Ending" && session.lifecycle.turnId === turnId
+const stillEnding = (session: Session, turnId: string) => State.stillEnding(session.state, turnId)
 
 /**
  * What ends a turn on the wire, once per turn. Urgent (`internal/Scheduler.ts`) whoever calls it
@@ -62,11 +62,11 @@ export const sendTurnEnd = (
   usage: Usage
 ) =>
   Effect.gen(function*() {
-    const lifecycle = session.lifecycle
-    if (lifecycle._tag === "Ended" || (lifecycle._tag === "Ending" && lifecycle.turnId === turn.turnId)) return
-    const replayed = lifecycle._tag === "Replaying"
-    session.lifecycle = Lifecycle.Ending({ turnId: turn.turnId, replayed })
-    session.queuedTurnExpected = false
+    const step = sessionTransition(session.state, SessionInput.Ending({ turnId: turn.turnId }))
+    session.state = step.state
+    const send = step.commands.find((command) => command._tag === "SendTurnEnd")
+    if (send === undefined) return
+    const replayed = send.replayed
     session.correlation = { ...session.correlation, usage }
     const end = Dialect.encodeTurnEnd(session.correlation, outcome)
     session.correlation = end.correlation
@@ -87,7 +87,7 @@ export const sendTurnEnd = (
     // wakes for it: on a busy server each wake-up waits its turn in the run queue, and the
     // checkpoint waited seconds under `bench/ack.ts`), after `turn_ended` (written just above).
     acks.whenSettled((ok) => {
-      if (ok && session.lifecycle._tag !== "Ended") session.channel.unsafeWrite([frameOf(Dialect.encodeCheckpoint(checkpoint.checkpoint))])
+      if (ok && !isEnded(session)) session.channel.unsafeWrite([frameOf(Dialect.encodeCheckpoint(checkpoint.checkpoint))])
       Deferred.unsafeDone(acknowledged, Exit.succeed(ok))
     })
     const graceEndsAtMs = (yield* Clock.currentTimeMillis) + (replayed ? 0 : env.options.queuedMessageGraceMs)
@@ -99,11 +99,11 @@ export const sendTurnEnd = (
       )
       // Past the timeout a late acknowledgement publishes nothing.
       acks.expire()
-      if (session.lifecycle._tag === "Ended") return
+      if (isEnded(session)) return
       if (!published) yield* Effect.logWarning(`transport: the client did not acknowledge the blobs of ${session.requestId}; checkpoint not published`)
       const left = graceEndsAtMs - (yield* Clock.currentTimeMillis)
       if (left > 0 && stillEnding(session, turn.turnId)) yield* Effect.sleep(Duration.millis(left))
-      if (stillEnding(session, turn.turnId) && session.queuedTurnExpected) {
+      if (stillEnding(session, turn.turnId) && session.state.queuedTurnExpected) {
         yield* Deferred.await(nextTurn).pipe(Effect.timeout(Duration.millis(QUEUED_TURN_START_MS)), Effect.ignore)
       }
       // A queued message started the next turn on this stream: that turn ends it.
@@ -112,13 +112,11 @@ export const sendTurnEnd = (
   }).pipe(Effect.withSchedulingPriority(URGENT))
 
 /**
- * A turn the runner speaks for on a session that is ending an earlier one: a message the user
- * queued started it. It runs on the same stream, with its own tool calls and checkpoint.
+ * A turn the runner speaks for on a session that is ending an earlier one (the machine's
+ * `NextTurn`): a message the user queued started it. It runs on the same stream, with its own
+ * tool calls and checkpoint.
  */
-export const beginNextTurn = (session: Session, turnId: string) => {
-  session.lifecycle = Lifecycle.Running()
-  session.turnId = turnId
-  session.queuedTurnExpected = false
+export const beginNextTurn = (session: Session) => {
   if (session.nextTurnStarted !== undefined) Deferred.unsafeDone(session.nextTurnStarted, Exit.void)
   session.nextTurnStarted = undefined
   session.cursorToolCalls = {}
@@ -130,10 +128,10 @@ export const beginNextTurn = (session: Session, turnId: string) => {
 
 /** The turn's checkpoint; without its run request (a turn recovered or replayed after a restart), from the committed settings and history. */
 const projectTurn = (env: SessionEnv, session: Session, turn: TurnRef, state: ConversationState) => {
-  const run = session.run
+  const run = session.state.run
   const action = run?.action
   const turnMessages = state.messages.slice(state.turnStart)
-  const userMessage = session.queuedUserMessage ??
+  const userMessage = session.state.queuedUserMessage ??
     (action?._tag === "StartTurn"
       ? { text: action.userMessage.text, messageId: action.userMessageId, mode: run?.mode ?? "agent" as const }
       : action?._tag === "Summarize"

@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { FastCheck as fc } from "effect"
-import { adopt, emptyInbox, holdUnstarted, offer, skipGap } from "../../src/transport/AppendInbox.js"
-import type { AppendInbox } from "../../src/transport/AppendInbox.js"
+import { adopt, emptyInbox, holdUnstarted, offer, skipGap } from "../../src/session/Inbox.js"
+import type { AppendInbox } from "../../src/session/Inbox.js"
 
 const WINDOW = 64
 

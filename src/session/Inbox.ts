@@ -111,8 +111,7 @@ const takeLate = (recovered: Recovered, seqno: number): Recovered => {
 /**
  * Holds the append numbered `seqno` in an inbox that has handed nothing on and whose first
  * seqno is not known yet: a turn an earlier process started, whose client numbers on from
- * where that process left off, before the turn says where the inbox starts (the transport's
- * `adoptHeld`). Bounded like `offer`: the held appends span fewer than `window` seqnos.
+ * where that process left off, before the turn says where the inbox starts (`Gaps.adoptHeld`). Bounded like `offer`: the held appends span fewer than `window` seqnos.
  */
 export const holdUnstarted = <A>(inbox: AppendInbox<A>, seqno: number, item: A, window: number): Offered<A> => {
   if (!Number.isSafeInteger(seqno) || seqno < 0) return { inbox, verdict: "outOfRange", ready: [] }
@@ -147,8 +146,7 @@ export const adopt = <A>(inbox: AppendInbox<A>, start: number, window: number): 
 }
 
 /**
- * Passes over `next` in a recovered inbox that holds appends behind it (the transport decides
- * when: see `PASSING OVER GAPS AFTER A RESTART` in Recovery.ts): the held appends it blocked
+ * Passes over `next` in a recovered inbox that holds appends behind it (`Gaps.ts` decides when): the held appends it blocked
  * are ready, and the passed seqno is handed on late should it still arrive. No change to an
  * inbox that is not recovered or holds nothing.
  */

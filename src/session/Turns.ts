@@ -1,0 +1,101 @@
+/**
+ * The turn's side of the session: the runner speaking for a turn (the first time, a turn
+ * recovered after a restart, the next turn a queued message started on the same stream), the
+ * turn's start once its context is read, its end, a replay of an earlier process's end, and a
+ * request that mirrors another's turn.
+ */
+import * as Dialect from "../Dialect.js"
+import type { TurnRef } from "../Runner.js"
+import { committed, dropHeld, openGate } from "./Owed.js"
+import { Gate, isEnded, Lifecycle, type SessionState, type Submission } from "./State.js"
+import { NO_COMMANDS, SessionCommand, type Step } from "./Types.js"
+
+/**
+ * The runner speaks for `turn`. An open session starts running it (a turn recovered after a
+ * restart takes its conversation and turn key from the turn's settings); an ending one whose
+ * user queued a message runs the next turn on the same stream. A recovered turn whose client's
+ * appends were held before it spoke adopts them; one whose client has sent none yet adopts the
+ * first that comes. Unchanged (the same state, no commands) in the common case: a running turn
+ * speaking again.
+ */
+export const spoke = (state: SessionState, turn: TurnRef): Step => {
+  const lifecycle = state.lifecycle
+  let next = state
+  let commands: Array<SessionCommand> | undefined
+  if (lifecycle._tag === "Open") {
+    if (state.run === undefined) {
+      const userMessageId = Dialect.userMessageIdOf(turn.settings)
+      next = { ...next, conversationId: turn.conversationId, turnKey: userMessageId !== "" ? userMessageId : next.turnKey }
+      commands = [SessionCommand.Recovered()]
+    }
+    next = { ...next, lifecycle: Lifecycle.Running(), turnId: turn.turnId }
+  } else if (lifecycle._tag === "Ending" && !lifecycle.replayed && lifecycle.turnId !== turn.turnId) {
+    next = { ...next, lifecycle: Lifecycle.Running(), turnId: turn.turnId, queuedTurnExpected: false }
+    commands = [SessionCommand.NextTurn()]
+  } else if (lifecycle._tag === "Running" && state.turnId !== turn.turnId) {
+    next = { ...next, turnId: turn.turnId }
+  }
+  const inbox = next.inbox
+  if (next.run === undefined && inbox.next === 0 && inbox.recovered === undefined) {
+    if (inbox.held.size > 0) (commands ??= []).push(SessionCommand.AdoptHeld())
+    else if (!next.recovery.adoptFirstAppend) next = { ...next, recovery: { ...next.recovery, adoptFirstAppend: true } }
+  }
+  return { state: next, commands: commands ?? NO_COMMANDS }
+}
+
+/** The turn `turnId` ends on the wire: once (`SendTurnEnd` says to send it), unless the session ended. */
+export const ending = (state: SessionState, turnId: string): Step => {
+  const lifecycle = state.lifecycle
+  if (lifecycle._tag === "Ended" || (lifecycle._tag === "Ending" && lifecycle.turnId === turnId)) return { state, commands: NO_COMMANDS }
+  const replayed = lifecycle._tag === "Replaying"
+  return {
+    state: { ...state, lifecycle: Lifecycle.Ending({ turnId, replayed }), queuedTurnExpected: false },
+    commands: [SessionCommand.SendTurnEnd({ replayed })]
+  }
+}
+
+/** The end-stream frame is written. */
+export const ended = (state: SessionState, atMs: number): Step => {
+  const lifecycle = state.lifecycle
+  const replayed = lifecycle._tag === "Replaying" || (lifecycle._tag === "Ending" && lifecycle.replayed) ||
+    (lifecycle._tag === "Ended" && lifecycle.replayed)
+  return { state: { ...state, lifecycle: Lifecycle.Ended({ atMs, replayed }) }, commands: NO_COMMANDS }
+}
+
+/**
+ * The end of a turn an earlier process ended is replayed on this session: the appends held so
+ * far were that turn's (re-sent), acknowledged now and never applied; the inbox starts afresh.
+ */
+export const replays = (state: SessionState, conversationId: string, turnKey: string | undefined): Step => {
+  const commands: Array<SessionCommand> = []
+  const next = dropHeld(state, commands)
+  return {
+    state: { ...next, lifecycle: Lifecycle.Replaying(), conversationId, turnKey: turnKey ?? next.turnKey, inbox: { next: 0, held: new Map() } },
+    commands
+  }
+}
+
+/** This request mirrors the turn of another (`resume_action` on a turn in flight): its follow-ups and cancels go there. */
+export const mirrors = (state: SessionState): Step => ({ state: { ...state, lifecycle: Lifecycle.Running(), resumes: true }, commands: NO_COMMANDS })
+
+/**
+ * A run request's turn is ready (its context read back): its start is submitted, and follow-ups
+ * wait behind the gate until it commits. Nothing to start (the session ended meanwhile, or the
+ * request starts no turn): the run request owes nothing more, and what queued goes in.
+ */
+export const turnReady = (state: SessionState, inputId: string, run: Dialect.RunRequest, start: Submission | undefined): Step => {
+  if (start === undefined || isEnded(state)) {
+    const done = committed(state, inputId)
+    const commands = [...done.commands]
+    const gate = done.state.gate
+    const next = gate._tag === "Reading" && gate.inputId === inputId ? openGate(done.state, commands) : done.state
+    return { state: next, commands }
+  }
+  const gate = state.gate
+  const next: SessionState = {
+    ...state,
+    run,
+    gate: gate._tag === "Reading" && gate.inputId === inputId ? Gate.Starting({ inputId, queued: gate.queued }) : gate
+  }
+  return { state: next, commands: [SessionCommand.Submit({ submission: start, owner: state.requestId })] }
+}
