@@ -78,7 +78,7 @@ const mutants: ReadonlyArray<Mutant> = [
       if (input._tag === "LlmEvent" && input.event._tag === "Done" && input.event.reason === "length") {
         const call = input.event.message.content.find((b) => b.type === "toolCall")
         if (call !== undefined && call.type === "toolCall" && t.command._tag === "Final") {
-          return { ...t, command: Command.CallClient({ operationId: "op", toolCall: call }) }
+          return { ...t, command: Command.CallClient({ operationId: "op", toolCall: call, position: 0 }) }
         }
       }
       return t

@@ -5,25 +5,16 @@
  */
 import { coalesceDeltas } from "../Llm.js"
 import type { ResponseEvent } from "../Llm.js"
-import { Input } from "../Loop.js"
+import { endsModelCall, Input } from "../Loop.js"
 import type { RuntimeState } from "../Loop.js"
 import { turnRefOf } from "./Actor.js"
 import type { Actor, RunnerEnv } from "./Actor.js"
 
 /**
- * The delta fast path: a model stream's events applied in the stream's own fiber, as one plain
- * call, while the actor has nothing queued or in hand (`actor.pending === 0`, so no envelope
- * can be overtaken and `actor.state` is the state the actor would fold next). Only events that
- * leave the committed state as it is and let the stream go on are taken (deltas; what
- * `stepStream` folds without a commit); their emits are published at once through
- * `publishNow`. Returns how many of `events` were applied: the rest (from the first event that
- * commits, or all of them when the actor is busy or the turn's request is not open) go to the
- * actor in an envelope, in order after these.
- */
-/**
- * The pure part of a model stream's events from `from` on: those that leave the committed state
- * as it is and let the stream go on (deltas), folded into the runtime state with what they emit;
- * `applied` counts them, stopping before the first event that commits (Done, Error).
+ * The pure part of a model stream's events from `from` on: those the loop applies without a
+ * commit (every event but a call's end, `endsModelCall`), folded into the runtime state with
+ * what they emit; `applied` counts them. It stops before the first `Done` or `Error`, without
+ * running the transition on it: `step` runs it, once, and commits what it decides.
  */
 export const foldPure = (
   transition: RunnerEnv["transition"],
@@ -36,8 +27,9 @@ export const foldPure = (
   const emitted: Array<ResponseEvent> = []
   let applied = 0
   for (let i = from; i < events.length; i++) {
-    const t = transition(runtime, Input.LlmEvent({ callId, event: events[i]! }))
-    if (t.state.committed !== runtime.committed || (t.command._tag !== "ContinueLlm" && t.command._tag !== "WaitInput")) break
+    const event = events[i]!
+    if (endsModelCall(event)) break
+    const t = transition(runtime, Input.LlmEvent({ callId, event }))
     for (const e of t.emit) emitted.push(e)
     runtime = t.state
     applied++
@@ -45,6 +37,15 @@ export const foldPure = (
   return { runtime, emitted, applied }
 }
 
+/**
+ * The delta fast path: a model stream's events applied in the stream's own fiber, as one plain
+ * call, while the actor has nothing queued or in hand (`actor.pending === 0`, so no envelope
+ * can be overtaken and `actor.state` is the state the actor would fold next). Only the events
+ * `foldPure` takes (deltas: what `stepStream` folds without a commit) are applied; their emits
+ * are published at once through `publishNow`. Returns how many of `events` were applied: the
+ * rest (from the call's end, or all of them when the actor is busy or the turn's request is not
+ * open) go to the actor in an envelope, in order after these.
+ */
 export const stepInline = (env: RunnerEnv, actor: Actor, callId: string, events: ReadonlyArray<ResponseEvent>, nowMs: number): number => {
   const acc = actor.state
   if (acc === undefined || actor.pending !== 0 || !env.isLive(actor)) return 0

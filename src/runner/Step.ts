@@ -32,7 +32,7 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
     let version = acc.version
     if (t.state.committed !== acc.runtime.committed) {
       const id = inputId ?? derivedInputId(acc.runtime.committed, input)
-      const committed = yield* store.commitInput(commitOf(options, conversationId, id, acc, input, t)).pipe(
+      const committed = yield* store.commitInput(commitOf(options, conversationId, id, acc.version, t)).pipe(
         Effect.map(Option.some),
         Effect.catchTag("VersionConflict", () => Effect.succeed(Option.none<number>())),
         Effect.catchTag("DuplicateInput", () => Effect.succeed(Option.none<number>()))
@@ -46,13 +46,13 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
       version = committed.value
       remember(t.state.committed, version)
     }
-    if (input._tag === "LlmEvent" && input.event._tag === "Done" && acc.runtime.committed.activeCallId === input.callId) {
-      yield* Metrics.countTokens(input.event.message.usage)
-      const model = acc.runtime.committed.settings?.model
-      const cost = model === undefined ? undefined : env.options.costOf?.(model, input.event.message)
+    const settledCall = t.settles.modelCall
+    if (settledCall?.status === "committed") {
+      yield* Metrics.countTokens(settledCall.message.usage)
+      const cost = env.options.costOf?.(settledCall.model, settledCall.message)
       if (cost !== undefined) yield* Metric.incrementBy(Metric.tagged(Metrics.costUsd, "model", cost.model), cost.usd)
-    }
-    if (input._tag === "LlmEvent" && input.event._tag === "Error" && acc.runtime.committed.activeCallId === input.callId) {
+    } else if (settledCall !== undefined && input._tag === "LlmEvent") {
+      // The call's own stream ended it in error (not a cancel or a new turn).
       yield* Metric.increment(Metrics.llmErrors)
     }
     if (t.state.committed.segment !== acc.runtime.committed.segment && t.state.committed.segment.kind === "rewind") {
@@ -97,8 +97,8 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
 
 /**
  * Model stream events as they came off one network read. Events that only move the
- * in-memory pending response (deltas) are folded together and published once; an event that
- * changes the committed state (Done, Error) goes through `step` to be committed first.
+ * in-memory pending response (deltas) are folded together and published once; the call's end
+ * (Done, Error), which may change the committed state, goes through `step` to be committed first.
  */
 export const stepStream = (env: RunnerEnv, actor: Actor, acc: ActorState, callId: string, events: ReadonlyArray<ResponseEvent>) =>
   Effect.gen(function*() {

@@ -176,7 +176,7 @@ export const makeDriver = (conversationId: string, policy: Policy, initial?: Act
       const t = transition(acc.runtime, input)
       const commit = t.state.committed === acc.runtime.committed
         ? undefined
-        : commitOf(options, conversationId, `${conversationId}/in-${seq++}`, acc, input, t)
+        : commitOf(options, conversationId, `${conversationId}/in-${seq++}`, acc.version, t)
       return { t, commit }
     }
     const apply = (prepared: Prepared) =>
