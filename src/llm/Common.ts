@@ -14,6 +14,7 @@ import * as FastDecode from "./common/FastDecode.js"
 import type { SseEvent } from "./Sse.js"
 
 export { Assembler } from "./common/Assembler.js"
+export type { StreamMeta } from "./common/Assembler.js"
 export {
   classifyHttpError,
   classifyStreamError,
@@ -29,12 +30,6 @@ export {
 // State machine
 // =============================================================================
 
-/** Who the stream is for; stamped on the final message so replay can tell "same model" apart. */
-export interface StreamMeta {
-  readonly api: string
-  readonly provider: string
-  readonly model: string
-}
 
 /**
  * A pure adapter state machine: SSE events in, `ResponseEvent`s out (appended to `out`). A

@@ -14,7 +14,6 @@ import {
   type ToolCall,
   type Usage
 } from "../../Llm.js"
-import type { StreamMeta } from "../Common.js"
 import { excerpt, malformed } from "./Errors.js"
 
 type OpenBlock =
@@ -23,6 +22,14 @@ type OpenBlock =
   | { kind: "toolCall"; id: string; name: string; args: string; extras: Record<string, unknown> | undefined; open: boolean }
 
 type ToolCallBlock = Extract<OpenBlock, { kind: "toolCall" }>
+
+
+/** Who the stream is for; stamped on the final message so replay can tell "same model" apart. */
+export interface StreamMeta {
+  readonly api: string
+  readonly provider: string
+  readonly model: string
+}
 
 /** Builds the assistant message while emitting events. */
 export class Assembler {
