@@ -4,13 +4,13 @@
  * Cursor posts appends concurrently (up to 16 in flight), so they arrive in any order, and a
  * retried POST can arrive twice. The inbox hands them on in `append_seqno` order: a seqno below
  * the next expected one is a duplicate and dropped, one above it is held until the gap fills,
- * one far above it is refused. (When each is acknowledged is the transport's rule: not before
- * it is handed on, see `bidiAppend` in Transport.ts.) Pure: the transport keeps one
- * `AppendInbox` value per request id and threads it through `offer`.
+ * one far above it is refused. (When each is acknowledged is `Owed.ts`'s rule: not before it
+ * is handed on.) Pure: the session's state holds one `AppendInbox` and threads it through
+ * `offer`.
  *
  * An inbox that takes over a numbering an earlier process began (a turn recovered after a
  * restart, `adopt`) differs in two ways, because the client re-sends only the appends that
- * process did not acknowledge: a gap may never be filled, so the transport may pass over it
+ * process did not acknowledge: a gap may never be filled, so the session may pass over it
  * (`skipGap`); and a seqno below `next` that this process never handed on (below where it
  * started, or passed over) is handed on when it arrives, late, instead of being dropped.
  */
