@@ -8,7 +8,6 @@
 import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Effect, FiberRef, Layer, Option } from "effect"
 import { URGENT } from "./internal/Scheduler.js"
 import type { ConfigSource, ServerConfig } from "./Config.js"
@@ -84,22 +83,23 @@ export const interruptedResult = (call: ToolCall): ToolResultMessage => ({
 export const listenOptions = (port: number, host: string) => ({ port, host, backlog: 4096 })
 
 /**
- * Node's HTTP server, bounded: at most `maxConnections` open (then a readable 503), a request's
- * headers within `headersTimeoutMs` (a connection that sends nothing is closed then), idle
- * keep-alive sockets kept `idleTimeoutMs` (by default longer than clients keep theirs, so a
+ * The HTTP/1.1 listener: Node's HTTP server with one request listener, its front door
+ * (`transport/Front.ts`), bounded: at most `maxConnections` open (then a readable 503), a
+ * request's headers within `headersTimeoutMs` (a connection that sends nothing is closed then),
+ * idle keep-alive sockets kept `idleTimeoutMs` (by default longer than clients keep theirs, so a
  * client does not send an append on a socket the server is closing at that moment).
  */
-export const makeHttpServer = (limits: ConnectionLimits = defaultConnectionLimits) => {
-  const server = capConnections(new Front.FrontedServer({ connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs) }), limits.maxConnections)
+export const makeHttpServer = (limits: ConnectionLimits = defaultConnectionLimits): Front.FrontDoor => {
+  const front = new Front.FrontDoor({ connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs) })
+  const server = capConnections(front.server, limits.maxConnections)
   server.keepAliveTimeout = limits.idleTimeoutMs
   server.headersTimeout = limits.headersTimeoutMs
   server.requestTimeout = Math.max(300_000, limits.headersTimeoutMs)
-  return server
+  return front
 }
 
-/** The Effect HTTP server on `server`, listening, with the server as the front the transport installs its handler on (`transport/Front.ts`). */
-export const layerHttpOn = (server: Front.FrontedServer, options: ReturnType<typeof listenOptions>) =>
-  Layer.merge(NodeHttpServer.layer(() => server, options), Layer.succeed(Front.HttpFront, server))
+/** The listener of `front`, listening: Effect's `HttpServer` (whose app the front door sends all but the agent calls to) and `HttpFront`. */
+export const layerHttpOn = (front: Front.FrontDoor, options: ReturnType<typeof listenOptions>) => Front.layerServer(front, options)
 
 /** `layerHttpOn` a new `makeHttpServer`. */
 export const layerHttp = (options: ReturnType<typeof listenOptions>) => Layer.unwrapEffect(Effect.sync(() => layerHttpOn(makeHttpServer(), options)))
@@ -192,7 +192,8 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
     const naming = yield* Naming.make(() => current().router)
     return SideRpcs.layerRoutes(() => ({ ...catalogue(current()), naming }))
   }))
-  const routes = Layer.mergeAll(Transport.layerRoutes, sideRoutes, Metrics.layerRoutes, Console.layerRoutes)
+  // The agent calls are not routes of the app: the front door sends them to their wire (`Front.layer`).
+  const routes = Layer.mergeAll(sideRoutes, Metrics.layerRoutes, Console.layerRoutes)
   // No span per request: nothing exports traces, and the span (URL parsing, header redaction,
   // attributes) was ~60 µs of every request's ~250 µs in the HTTP layer (measured on /healthz).
   // A request is what a client waits on: its fiber (and what it forks) runs ahead of the
@@ -236,17 +237,17 @@ export const layer = (config: ServerConfig, source?: ConfigSource) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     const authority = Hookup.needsCa(config) ? yield* Hookup.authorityFor(config) : undefined
     const tls = yield* Hookup.listenerTls(config, authority)
-    // One Node server: the proxy and the TLS listener hand HTTP/1.1 requests to it in process,
+    // One front door: the proxy and the TLS listener hand HTTP/1.1 requests to it in process,
     // marked (`transport/Door.ts`); until every listener is bound it answers 503.
-    const httpServer = makeHttpServer(config.limits)
-    httpServer.accepting = false
+    const front = makeHttpServer(config.limits)
+    front.accepting = false
     const accepting = Layer.scopedDiscard(Effect.acquireRelease(
-      Effect.sync(() => void (httpServer.accepting = true)),
-      () => Effect.sync(() => void (httpServer.accepting = false))
+      Effect.sync(() => void (front.accepting = true)),
+      () => Effect.sync(() => void (front.accepting = false))
     ))
     const dispatchFrom = (via: "proxy" | "tls"): Hookup.Dispatch => (request, response) => {
       request.headers[Door.HOP_HEADER] = Door.hopMark(via)
-      httpServer.emit("request", request, response)
+      front.handle(request, response)
     }
     const listeners = Hookup.layerListeners(config, tls, dispatchFrom("tls"))
     const proxy = authority === undefined
@@ -255,7 +256,7 @@ export const layer = (config: ServerConfig, source?: ConfigSource) =>
     return accepting.pipe(
       Layer.provideMerge(Layer.merge(proxy, listeners)),
       Layer.provideMerge(source === undefined ? layerApp(config) : layerAppWatched(config, source)),
-      Layer.provideMerge(layerHttpOn(httpServer, listenOptions(config.port, config.host))),
+      Layer.provideMerge(layerHttpOn(front, listenOptions(config.port, config.host))),
       Layer.provide(NodeHttpClient.dispatcherLayer)
     )
   }))

@@ -7,12 +7,10 @@
  * recovery and errors on either wire.
  *
  * The sessions and the runner's gateway onto them are `transport/Sessions.ts`, which needs no
- * runner; this module binds them to the runner and serves the routes.
+ * runner; this module binds them to the runner. The HTTP/1.1 wire is served by the listener's
+ * front door (`transport/Front.ts`, `transport/front/Agent.ts`), `Run` by `transport/Run.ts`.
  */
-import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Duration, Effect, Either, FiberSet, Layer, Option, Queue, Schedule } from "effect"
-import { Readable } from "node:stream"
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage } from "./Dialect.js"
 import { ClientGateway, Runner } from "./Runner.js"
@@ -21,17 +19,16 @@ import { awaitSettled } from "./transport/Acks.js"
 import { makeInputEnv } from "./transport/ClientInput.js"
 import { accept, step } from "./transport/Driver.js"
 import { noServerWork } from "./transport/InputEnv.js"
-import { linkParent, parentLinkOf } from "./transport/Subagents.js"
+import { linkParent } from "./transport/Subagents.js"
 import { workerOf } from "./transport/Work.js"
 import { Web } from "./Web.js"
 import type { InputEnv } from "./transport/InputEnv.js"
-import { readBody } from "./transport/Body.js"
-import { ConnectError, endStreamFrame, httpStatusOf, parseEnvelopes } from "./transport/Connect.js"
+import { ConnectError, parseEnvelopes } from "./transport/Connect.js"
 import type { TransportOptions } from "./transport/Options.js"
 import * as Recovery from "./transport/Recovery.js"
 import { HEARTBEAT_FRAME, isUnresolved } from "./transport/Session.js"
 import type { Session } from "./transport/Session.js"
-import { BIDI_APPEND_PATH, joinFrames, RUN_SSE_PATH, Transport } from "./transport/Service.js"
+import { Transport } from "./transport/Service.js"
 import type { AttachOutput } from "./transport/Service.js"
 import * as Sessions from "./transport/Sessions.js"
 import { endInput } from "./transport/TurnEnd.js"
@@ -139,64 +136,3 @@ export const layerSessions = (options: TransportOptions): Layer.Layer<Sessions.S
 /** The wires' binding of the sessions to the runner. */
 export const layer: Layer.Layer<Transport, never, Sessions.Sessions | Runner> = Layer.scoped(Transport, make)
 
-
-/**
- * A RunSSE response body fed by the turn's sink: each write is pushed into a Node Readable that
- * the HTTP server pipes to the socket, so a frame reaches the socket in the writer's own call
- * (a flowing Readable emits a push at once); the Readable buffers what the socket cannot take.
- */
-const sseBody = (attach: AttachOutput) =>
-  Effect.gen(function*() {
-    const body = new Readable({ read() {} })
-    const detach = yield* attach({
-      write: (frames) => {
-        if (!body.destroyed) body.push(joinFrames(frames))
-      },
-      end: () => {
-        if (!body.destroyed) body.push(null)
-      }
-    })
-    body.once("close", detach)
-    return body
-  })
-
-
-const unaryError = (error: ConnectError) =>
-  HttpServerResponse.unsafeJson(error.toJson(), { status: httpStatusOf(error.code) })
-
-/** A server-streaming call that fails before it starts still answers 200 with one end-stream frame. */
-const streamError = (error: ConnectError) =>
-  HttpServerResponse.uint8Array(endStreamFrame(error), { contentType: "application/connect+proto" })
-
-/** The agent endpoints: RunSSE and BidiAppend. */
-export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter | Transport> = HttpLayerRouter.use((router) =>
-  Effect.gen(function*() {
-    const transport = yield* Transport
-    yield* router.add("POST", BIDI_APPEND_PATH, (request) =>
-      readBody(request, transport.options.bidiAppendMaxBytes).pipe(
-        Effect.flatMap((body) => transport.bidiAppend(body, parentLinkOf(request.headers))),
-        Effect.map((bytes) => HttpServerResponse.uint8Array(bytes, { contentType: "application/proto" })),
-        Effect.catchAll((error) =>
-          Effect.logWarning(`BidiAppend refused: ${error.code}: ${error.message}`).pipe(
-            Effect.annotateLogs({ requestId: request.headers["x-request-id"] ?? "" }),
-            Effect.as(unaryError(error))
-          ))
-      ))
-    yield* router.add("POST", RUN_SSE_PATH, (request) =>
-      readBody(request, transport.options.runSseMaxBytes).pipe(
-        Effect.flatMap((body) => transport.runSse(body, parentLinkOf(request.headers))),
-        Effect.flatMap(sseBody),
-        Effect.map((body) =>
-          HttpServerResponse.raw(body, {
-            contentType: "text/event-stream",
-            headers: { "cache-control": "no-cache", "connect-protocol-version": "1" }
-          })
-        ),
-        Effect.catchAll((error) =>
-          Effect.logWarning(`RunSSE refused: ${error.code}: ${error.message}`).pipe(
-            Effect.annotateLogs({ requestId: request.headers["x-request-id"] ?? "" }),
-            Effect.as(streamError(error))
-          ))
-      ))
-  })
-)

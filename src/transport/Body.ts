@@ -2,10 +2,9 @@
  * A unary request's body, bounded: read whole, gzip undone, and refused with
  * `resource_exhausted` past the limit (a declared length past it at once; otherwise the rest
  * is read and dropped, so the client gets the error rather than a reset, up to a far bound
- * past which the request is cut off). `readBody` reads an Effect HTTP request (RunSSE, the side
- * RPCs, and BidiAppend when no front takes it), whatever server it came from (Node's, or a
- * web handler's); `readNodeBody` reads Node's request itself, for the BidiAppend front
- * (`Front.ts`), without a fiber or a stream per body.
+ * past which the request is cut off). `readBody` reads an Effect HTTP request (the side RPCs),
+ * whatever server it came from (Node's, or a web handler's); `readNodeBody` reads Node's
+ * request itself, for the agent wire (`front/Agent.ts`), without a fiber or a stream per body.
  */
 import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Stream } from "effect"

@@ -1,11 +1,13 @@
 /**
  * Connect protocol framing: the 5-byte envelopes of streaming bodies, the end-stream frame
- * that carries a stream's outcome, and Connect error codes with their HTTP statuses.
+ * that carries a stream's outcome, Connect error codes with their HTTP statuses, and the one
+ * answer every error and refusal of an RPC route gets (`errorAnswer`).
  *
- * Hand-written rather than taken from @connectrpc/connect-node because the server side runs
- * on Effect's HTTP server (one framework for routing, body limits, streaming and shutdown);
- * the framing itself is small, and a test checks it against the official Connect client.
+ * Hand-written rather than taken from @connectrpc/connect-node because the server routes each
+ * request itself (`transport/Front.ts`) and serves the rest on Effect's HTTP server; the
+ * framing itself is small, and a test checks it against the official Connect client.
  */
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Schema } from "effect"
 import { gunzipSync } from "node:zlib"
 
@@ -78,6 +80,28 @@ export class ConnectError extends Schema.TaggedError<ConnectError>("cursor-byok/
       ? { code: this.code, message: this.message }
       : { code: this.code, message: this.message, details: this.details.map((d) => ({ type: d.type, value: base64NoPad(d.value) })) }
   }
+}
+
+/** An error as a unary answer: the HTTP status and the JSON body. */
+export interface ErrorAnswer {
+  readonly status: number
+  readonly body: string
+}
+
+/**
+ * A Connect error as the server answers it outside a stream: JSON `{code, message}` with the
+ * Connect table's status, or the one a refusal names (415 for a content type the server does
+ * not take, as the Connect protocol asks). Every refusal and every RPC route's error is this.
+ */
+export const errorAnswer = (error: ConnectError, status: number = httpStatusOf(error.code)): ErrorAnswer => ({
+  status,
+  body: JSON.stringify(error.toJson())
+})
+
+/** `errorAnswer` as an Effect response, for the routes of the Effect app (the side RPCs, the app's own failures). */
+export const errorResponse = (error: ConnectError): HttpServerResponse.HttpServerResponse => {
+  const answer = errorAnswer(error)
+  return HttpServerResponse.text(answer.body, { status: answer.status, contentType: "application/json" })
 }
 
 const base64NoPad = (bytes: Uint8Array): string => Buffer.from(bytes).toString("base64").replace(/=+$/, "")

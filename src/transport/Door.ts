@@ -1,7 +1,8 @@
 /**
- * The front door: `Policy.check` applied to every request before any handler sees it, on every
- * listener (HTTP/1.1 through `FrontedServer`, HTTP/2 streams in `transport/Run.ts`). A refused
- * request gets a readable answer and at most one log line per cause a minute.
+ * The door: `Policy.check` applied to every request before any handler sees it, on every
+ * listener (to each HTTP/1.1 request by the front door, `Front.ts`; to HTTP/2 streams in
+ * `transport/Run.ts`). A refused request gets a Connect error as JSON (`Connect.errorAnswer`)
+ * and at most one log line per cause a minute.
  *
  * Requests the proxy or the TLS listener hand on (in process, or over loopback by the
  * forwarder) carry a hop mark holding this process's secret: only they may name Cursor's hosts,
@@ -12,6 +13,8 @@ import type * as Http from "node:http"
 import type * as Http2 from "node:http2"
 import { randomBytes } from "node:crypto"
 import { LiveConfig } from "../config/Live.js"
+import { ConnectError, errorAnswer } from "./Connect.js"
+import { writeError } from "./front/Protocol.js"
 import * as Policy from "./Policy.js"
 
 /** The hop mark's header (dropped before any handler, and by the forwarder towards Cursor). */
@@ -86,8 +89,9 @@ const verdictOf = (
   })
 }
 
-const bodyOf = (refusal: Refusal) =>
-  JSON.stringify({ code: refusal.status === 401 ? "unauthenticated" : refusal.status === 415 ? "invalid_argument" : "permission_denied", message: refusal.message })
+/** A refusal as a Connect error (answered with the refusal's own status: 415 is not the table's for `invalid_argument`). */
+const errorOf = (refusal: Refusal) =>
+  new ConnectError(refusal.status === 401 ? "unauthenticated" : refusal.status === 415 ? "invalid_argument" : "permission_denied", refusal.message)
 
 /** A door over settings read at each request; `log` writes a refusal's line (rate-limited here). */
 export const make = (settings: () => Policy.PolicySettings, log: (line: string) => void, now: () => number = Date.now): DoorService => {
@@ -108,15 +112,7 @@ export const make = (settings: () => Policy.PolicySettings, log: (line: string) 
       const verdict = verdictOf(settings(), request.method ?? "GET", request.url ?? "/", request.headers, request.socket?.localPort, listener)
       if (verdict._tag === "Pass") return true
       note(verdict, request.method ?? "GET", request.url ?? "/")
-      const body = bodyOf(verdict)
-      if (!response.headersSent) {
-        response.writeHead(verdict.status, {
-          "content-type": "application/json",
-          "content-length": Buffer.byteLength(body),
-          ...(verdict.status === 401 ? { "www-authenticate": "Bearer" } : {})
-        })
-      }
-      response.end(body)
+      writeError(response, errorOf(verdict), { status: verdict.status, headers: verdict.status === 401 ? { "www-authenticate": "Bearer" } : {} })
       // The body is drained unread, so the connection can serve the client's next request.
       request.resume()
       return false
@@ -128,8 +124,9 @@ export const make = (settings: () => Policy.PolicySettings, log: (line: string) 
       if (verdict._tag === "Pass") return true
       note(verdict, method, url)
       if (!stream.destroyed && !stream.headersSent) {
-        stream.respond({ ":status": verdict.status, "content-type": "application/json" })
-        stream.end(bodyOf(verdict))
+        const answer = errorAnswer(errorOf(verdict), verdict.status)
+        stream.respond({ ":status": answer.status, "content-type": "application/json" })
+        stream.end(answer.body)
       }
       return false
     }

@@ -1,4 +1,5 @@
 import type * as Net from "node:net"
+import { ConnectError, errorAnswer } from "./Connect.js"
 
 /** What bounds each listener's connections (`limits` in the configuration; the README's "Security model"). */
 export interface ConnectionLimits {
@@ -29,9 +30,9 @@ export const http2Settings = (limits: ConnectionLimits) => ({
   maxHeaderListSize: HTTP2_MAX_HEADER_LIST_BYTES
 })
 
-/** The raw HTTP/1.1 answer a connection past a listener's cap gets before it is closed. */
+/** The raw HTTP/1.1 answer a connection past a listener's cap gets before it is closed (a Connect error, as every refusal). */
 export const overCapacityResponse = (max: number): string => {
-  const body = JSON.stringify({ code: "unavailable", message: `this listener has ${max} connections open, its limit (limits.maxConnections); try again later` })
+  const { body } = errorAnswer(new ConnectError("unavailable", `this listener has ${max} connections open, its limit (limits.maxConnections); try again later`))
   return `HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nretry-after: 1\r\nconnection: close\r\n\r\n${body}`
 }
 

@@ -37,7 +37,7 @@ export interface TransportService {
 /** Attaches a wire's sink to a request's output (`TurnChannel.attachSink`); returns its detach. */
 export type AttachOutput = (sink: FrameSink) => Effect.Effect<() => void>
 
-/** The agent routes' paths (served by `layerRoutes`, and by the front in `transport/Front.ts`). */
+/** The agent routes' paths (served by the front door's agent wire, `transport/front/Agent.ts`). */
 export const BIDI_APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
 export const RUN_SSE_PATH = "/agent.v1.AgentService/RunSSE"
 

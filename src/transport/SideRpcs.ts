@@ -82,11 +82,12 @@ export const layerRoutes = (options: CatalogueOptions | (() => CatalogueOptions)
         yield* router.add(procedure.method, procedure.path, handler)
       }
       yield* router.add("GET", "/healthz", HttpServerResponse.unsafeJson({ status: "ok" }))
+      // Every other request: a Connect error too (`unimplemented` for what looks like a procedure, else `not_found`).
       yield* router.add("*", "/*", (request) =>
-        Effect.succeed(
+        Effect.succeed(unaryError(
           /^\/[\w.]+\/\w+$/.test(new URL(request.url, "http://localhost").pathname)
-            ? unaryError(new ConnectError("unimplemented", `${request.method} ${request.url} is not implemented by this server`))
-            : HttpServerResponse.unsafeJson({ error: `no route for ${request.method} ${request.url}` }, { status: 404 })
-        ))
+            ? new ConnectError("unimplemented", `${request.method} ${request.url} is not implemented by this server`)
+            : new ConnectError("not_found", `no route for ${request.method} ${request.url}`)
+        )))
     })
   )

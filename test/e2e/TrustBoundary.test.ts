@@ -90,6 +90,9 @@ describe("Trust boundary (server process)", () => {
           assert.strictEqual(answer.status, 403, `${host} ${path}`)
         }
       }
+      // Asking for a protocol upgrade is no way around the door.
+      const upgrade = yield* Effect.promise(() => send(port, "GET", "/console", { host: hostile[0]!, connection: "Upgrade", upgrade: "websocket" }))
+      assert.strictEqual(upgrade.status, 403)
       // Cross-site: what a browser sends without a preflight, and good types from a foreign page.
       for (const [path, { body }] of Object.entries(rpcBodies())) {
         for (const type of ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"]) {

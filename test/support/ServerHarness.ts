@@ -1,7 +1,8 @@
 /**
- * The real server on a loopback ephemeral port, for end-to-end tests: Effect's Node HTTP
- * server with the transport's routes, the transport (sessions, ClientGateway), the runner, an
- * in-memory Store and the scripted fake `Llm` of `FakeRuntime.ts`. Only the model is fake.
+ * The real server on a loopback ephemeral port, for end-to-end tests: the HTTP/1.1 listener's
+ * front door with the agent calls' wire (no app routes), the transport (sessions,
+ * ClientGateway), the runner, an in-memory Store and the scripted fake `Llm` of
+ * `FakeRuntime.ts`. Only the model is fake.
  */
 import { HttpLayerRouter, HttpServer } from "@effect/platform"
 import { Context, Effect, Exit, FiberRef, Layer, LogLevel, Ref, Scope } from "effect"
@@ -31,8 +32,6 @@ export interface HarnessOptions {
   readonly tls?: { readonly port: number; readonly cert: string | Buffer; readonly key: string | Buffer }
   /** A Store other than a private in-memory SQLite database. */
   readonly store?: Layer.Layer<Store.Store, Store.StoreError>
-  /** Take BidiAppends in front of the Effect HTTP server (`transport/Front.ts`), as the server does (default); false: through its route. */
-  readonly front?: boolean
 }
 
 export interface Harness {
@@ -87,8 +86,9 @@ const loopbackDoor = Layer.succeed(Door.Door, Door.make(() => ({ bindHost: "127.
 export const make = (options: HarnessOptions = {}): Effect.Effect<Harness, never, Scope.Scope> =>
   Effect.gen(function*() {
     const llm = yield* makeFakeLlm(options.scripts ?? [], options.respond)
-    const routes = HttpLayerRouter.serve(Transport.layerRoutes, { disableLogger: true, disableListenLog: true })
-    const services = (options.front === false ? routes : Layer.merge(routes, Front.layer)).pipe(
+    // No app routes: every request but an agent call finds none (404).
+    const routes = HttpLayerRouter.serve(Layer.empty, { disableLogger: true, disableListenLog: true })
+    const services = Layer.merge(routes, Front.layer).pipe(
       Layer.provideMerge(Run.layer({ host: "127.0.0.1", cleartextPort: 0, tls: options.tls })),
       Layer.provideMerge(Transport.layer),
       Layer.provideMerge(Runner.layer(runnerOptions)),

@@ -1,10 +1,14 @@
 /**
- * The agent front (`transport/Front.ts`): it takes POSTs to BidiAppend and RunSSE before the
- * Effect HTTP server sees them, leaves every other request to it, answers exactly as the Effect
- * routes do, and stops a request's work (or detaches a turn's reader) when its client goes away.
+ * The front door (`transport/Front.ts`): the listener's one request listener. It answers 503
+ * until the server accepts, checks each request once with the door, sends POSTs to BidiAppend
+ * and RunSSE to their wire (`front/Agent.ts`) and every other request to the Effect app, answers
+ * the agent calls exactly as the Effect routes did before they were removed, and stops a
+ * request's work (or detaches a turn's reader) when its client goes away.
  */
+import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Exit } from "effect"
+import { Deferred, Effect, Exit, Layer } from "effect"
 import type { Fiber } from "effect"
 import type { AddressInfo } from "node:net"
 import * as http from "node:http"
@@ -12,7 +16,9 @@ import { gzipSync } from "node:zlib"
 import type { TransportService } from "../../src/Transport.js"
 import { ConnectError } from "../../src/transport/Connect.js"
 import { BIDI_APPEND_PATH, RUN_SSE_PATH } from "../../src/Transport.js"
-import { FrontedServer, makeFront } from "../../src/transport/Front.js"
+import * as Door from "../../src/transport/Door.js"
+import { FrontDoor, layerServer } from "../../src/transport/Front.js"
+import * as Agent from "../../src/transport/front/Agent.js"
 import type { FrameSink } from "../../src/transport/TurnChannel.js"
 import { bidiAppendBody, clientHeartbeat, envelope, runRequestMessage } from "../support/CursorClient.js"
 import type { RawResponse } from "../support/CursorClient.js"
@@ -31,20 +37,22 @@ const request = (port: number, method: string, path: string, body: Uint8Array | 
     sent.end(body)
   })
 
-/** A FrontedServer on an ephemeral port with `transport`'s front and a listener that records what the front left. */
+const runFork = <A, E>(effect: Effect.Effect<A, E>) => Effect.runFork(effect) as Fiber.RuntimeFiber<A, E>
+
+/** A front door on an ephemeral port with `transport`'s agent wire and an app that records what the door left to it. */
 const frontedServer = (bidiAppend: TransportService["bidiAppend"], limit = 1024, runSse?: TransportService["runSse"]) =>
   Effect.acquireRelease(
-    Effect.async<{ readonly port: number; readonly left: Array<string>; readonly server: http.Server }>((resume) => {
-      const server = new FrontedServer()
+    Effect.async<{ readonly port: number; readonly left: Array<string>; readonly front: FrontDoor; readonly server: http.Server }>((resume) => {
+      const front = new FrontDoor()
+      const server = front.server
       const left: Array<string> = []
-      const runFork = <A, E>(effect: Effect.Effect<A, E>) => Effect.runFork(effect) as Fiber.RuntimeFiber<A, E>
-      server.front = makeFront({ bidiAppend, runSse, options: { bidiAppendMaxBytes: limit, runSseMaxBytes: limit } } as unknown as TransportService, runFork)
-      server.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
+      front.agent = Agent.make({ bidiAppend, runSse, options: { bidiAppendMaxBytes: limit, runSseMaxBytes: limit } } as unknown as TransportService, runFork)
+      front.app = (req, res) => {
         left.push(`${req.method} ${req.url}`)
         req.resume()
         res.writeHead(404).end()
-      })
-      server.listen(0, "127.0.0.1", () => resume(Effect.succeed({ port: (server.address() as AddressInfo).port, left, server })))
+      }
+      server.listen(0, "127.0.0.1", () => resume(Effect.succeed({ port: (server.address() as AddressInfo).port, left, front, server })))
     }),
     ({ server }) => Effect.async<void>((resume) => {
       server.closeAllConnections()
@@ -52,7 +60,30 @@ const frontedServer = (bidiAppend: TransportService["bidiAppend"], limit = 1024,
     })
   )
 
-describe("The agent front", () => {
+/**
+ * What the Effect routes of RunSSE and BidiAppend answered (`Transport.layerRoutes`, recorded
+ * before they were removed) to the requests of the two tests below that compare with them.
+ */
+const ROUTE_RUN_SSE_ANSWERS = [
+  "200 application/connect+proto 020000004f7b226572726f72223a7b22636f6465223a22696e76616c69645f617267756d656e74222c226d657373616765223a2252756e535345207265717565737420686173206e6f206d657373616765227d7d",
+  "200 application/connect+proto 02000000557b226572726f72223a7b22636f6465223a22696e76616c69645f617267756d656e74222c226d657373616765223a227472756e636174656420656e76656c6f70652068656164657220617420627974652030227d7d",
+  "200 application/connect+proto 02000000647b226572726f72223a7b22636f6465223a22696e76616c69645f617267756d656e74222c226d657373616765223a2242696469526571756573744964206973206e6f742076616c69642070726f746f6275663a207072656d617475726520454f46227d7d",
+  "200 application/connect+proto 02000000557b226572726f72223a7b22636f6465223a22696e76616c69645f617267756d656e74222c226d657373616765223a22426964695265717565737449642e726571756573745f6964206973206d697373696e67227d7d",
+  "200 application/connect+proto 02000000647b226572726f72223a7b22636f6465223a227265736f757263655f657868617573746564222c226d657373616765223a227265717565737420626f6479206f66203635206279746573206578636565647320746865206c696d6974206f66203634227d7d"
+]
+const ROUTE_BIDI_APPEND_ANSWERS = [
+  "200 application/proto ",
+  "200 application/proto ",
+  "200 application/proto ",
+  "400 application/json invalid_argument",
+  "400 application/json invalid_argument",
+  "400 application/json out_of_range",
+  "429 application/json resource_exhausted",
+  "200 application/proto ",
+  "501 application/json unimplemented"
+]
+
+describe("The front door", () => {
   it.scopedLive("takes POST BidiAppend (with or without a query) and leaves every other request but RunSSE to the Effect server", () =>
     Effect.gen(function*() {
       const bodies: Array<Uint8Array> = []
@@ -131,11 +162,11 @@ describe("The agent front", () => {
       assert.deepStrictEqual(left, [])
     }))
 
-  it.scopedLive("RunSSE refused: 200 with one end-stream frame carrying the error, through the front as through the route", () =>
+  it.scopedLive("RunSSE refused: 200 with one end-stream frame carrying the error, through the front as through the route (as it answered)", () =>
     Effect.gen(function*() {
-      const answersOf = (front: boolean) =>
+      const answersOf = () =>
         Effect.scoped(Effect.gen(function*() {
-          const harness = yield* ServerHarness.make({ front, transport: { runSseMaxBytes: 64 } })
+          const harness = yield* ServerHarness.make({ transport: { runSseMaxBytes: 64 } })
           const client = yield* clientFor(harness)
           const post = (body: Uint8Array) =>
             Effect.promise(() => client.post(RUN_SSE_PATH, body)).pipe(
@@ -149,16 +180,16 @@ describe("The agent front", () => {
             yield* post(new Uint8Array(65))
           ]
         }))
-      const front = yield* answersOf(true)
-      assert.deepStrictEqual(front, yield* answersOf(false))
+      const front = yield* answersOf()
+      assert.deepStrictEqual(front, ROUTE_RUN_SSE_ANSWERS)
       for (const answer of front) assert.match(answer, /^200 application\/connect\+proto 02/)
     }))
 
-  it.scopedLive("through the front and through the Effect route, the same appends get the same answers", () =>
+  it.scopedLive("through the front and through the Effect route (as it answered), the same appends get the same answers", () =>
     Effect.gen(function*() {
       const answersOf = (front: boolean) =>
         Effect.scoped(Effect.gen(function*() {
-          const harness = yield* ServerHarness.make({ front, scripts: [text("fine", usage(1, 1))], transport: { bidiAppendMaxBytes: 4096 } })
+          const harness = yield* ServerHarness.make({ scripts: [text("fine", usage(1, 1))], transport: { bidiAppendMaxBytes: 4096 } })
           const client = yield* clientFor(harness)
           const post = (body: Uint8Array, headers: Record<string, string> = {}) =>
             Effect.promise(() => client.post(BIDI_APPEND_PATH, body, headers)).pipe(
@@ -181,8 +212,127 @@ describe("The agent front", () => {
           return answers
         }))
       const front = yield* answersOf(true)
-      const route = yield* answersOf(false)
+      const route = ROUTE_BIDI_APPEND_ANSWERS
       assert.deepStrictEqual(front, route)
       assert.deepStrictEqual(front.map((a) => a.split(" ")[0]), ["200", "200", "200", "400", "400", "400", "429", "200", "501"])
+    }))
+
+  it.scopedLive("until the server accepts, every request is answered 503 unavailable with retry-after, before the door and any handler", () =>
+    Effect.gen(function*() {
+      let checked = 0
+      const appended: Array<Uint8Array> = []
+      const { front, left, port } = yield* frontedServer((body) => Effect.sync(() => {
+        appended.push(body)
+        return new Uint8Array()
+      }))
+      front.door = { http1: () => (checked += 1, true), http2: () => true }
+      front.accepting = false
+      for (const [method, path] of [["POST", BIDI_APPEND_PATH], ["POST", RUN_SSE_PATH], ["GET", "/healthz"]] as const) {
+        const answer = yield* Effect.promise(() => request(port, method, path, method === "POST" ? new Uint8Array([1]) : undefined))
+        assert.strictEqual(answer.status, 503, path)
+        assert.strictEqual(answer.headers["retry-after"], "1")
+        assert.deepInclude(JSON.parse(Buffer.from(answer.body).toString()), { code: "unavailable" })
+      }
+      assert.strictEqual(checked, 0)
+      assert.deepStrictEqual([appended.length, left], [0, []])
+      front.accepting = true
+      assert.strictEqual((yield* Effect.promise(() => request(port, "POST", BIDI_APPEND_PATH, new Uint8Array([1])))).status, 200)
+      assert.deepStrictEqual([checked, appended.length], [1, 1])
+    }))
+
+  it.scopedLive("the door checks each request once, before it is routed: a refused one reaches no handler, a passed one exactly one", () =>
+    Effect.gen(function*() {
+      const appended: Array<Uint8Array> = []
+      const { front, left, port } = yield* frontedServer((body) => Effect.sync(() => {
+        appended.push(body)
+        return new Uint8Array()
+      }))
+      const door = Door.make(() => ({ bindHost: "127.0.0.1", allowedHosts: [], token: undefined }), () => undefined)
+      let checks = 0
+      front.door = {
+        http1: (req, res, listener) => {
+          checks += 1
+          return door.http1(req, res, listener)
+        },
+        http2: door.http2
+      }
+      const requests = [["POST", BIDI_APPEND_PATH], ["POST", RUN_SSE_PATH], ["GET", "/healthz"]] as const
+      for (const [method, path] of requests) {
+        const refused = yield* Effect.promise(() => request(port, method, path, method === "POST" ? new Uint8Array([1]) : undefined, { host: "evil.example" }))
+        assert.strictEqual(refused.status, 403, path)
+        assert.deepInclude(JSON.parse(Buffer.from(refused.body).toString()), { code: "permission_denied" })
+      }
+      assert.deepStrictEqual([checks, appended.length, left], [3, 0, []])
+      const host = { host: `127.0.0.1:${port}` }
+      assert.strictEqual((yield* Effect.promise(() => request(port, "POST", BIDI_APPEND_PATH, new Uint8Array([1]), host))).status, 200)
+      assert.strictEqual((yield* Effect.promise(() => request(port, "GET", "/healthz", undefined, host))).status, 404)
+      assert.deepStrictEqual([checks, appended.length, left], [5, 1, ["GET /healthz"]])
+    }))
+
+  it.scopedLive("an agent call in gRPC or gRPC-Web is refused readably (415, unimplemented), never served as Connect", () =>
+    Effect.gen(function*() {
+      const appended: Array<Uint8Array> = []
+      const { left, port } = yield* frontedServer((body) => Effect.sync(() => {
+        appended.push(body)
+        return new Uint8Array()
+      }), 1024, () => Effect.die("no stream may open"))
+      for (const [path, contentType] of [[BIDI_APPEND_PATH, "application/grpc"], [RUN_SSE_PATH, "application/grpc-web+proto"], [BIDI_APPEND_PATH, "Application/GRPC-Web"]] as const) {
+        const answer = yield* Effect.promise(() => request(port, "POST", path, new Uint8Array([0, 0, 0, 0, 0]), { "content-type": contentType }))
+        assert.strictEqual(answer.status, 415, contentType)
+        assert.strictEqual(answer.headers["content-type"], "application/json")
+        assert.deepInclude(JSON.parse(Buffer.from(answer.body).toString()), { code: "unimplemented" })
+      }
+      assert.deepStrictEqual([appended.length, left], [0, []])
+    }))
+
+  it.scopedLive("one request listener: the Effect app served on the listener gets every request but the agent calls; a failure it leaves is a Connect error (internal, or not_found with no route)", () =>
+    Effect.gen(function*() {
+      const front = new FrontDoor()
+      const appended: Array<Uint8Array> = []
+      const bidiAppend: TransportService["bidiAppend"] = (body) => Effect.sync(() => {
+        appended.push(body)
+        return new Uint8Array([7])
+      })
+      front.agent = Agent.make({ bidiAppend, options: { bidiAppendMaxBytes: 1024, runSseMaxBytes: 1024 } } as unknown as TransportService, runFork)
+      const routes = HttpLayerRouter.use((router) =>
+        Effect.gen(function*() {
+          yield* router.add("GET", "/hello", HttpServerResponse.text("hi"))
+          // Never reached: the door sends the agent calls to their wire.
+          yield* router.add("POST", BIDI_APPEND_PATH, HttpServerResponse.text("the app's"))
+          yield* router.add("GET", "/boom", Effect.dieMessage("boom"))
+        }))
+      const served = HttpLayerRouter.serve(routes, { disableLogger: true, disableListenLog: true }).pipe(
+        Layer.provide(layerServer(front, { port: 0, host: "127.0.0.1" }))
+      )
+      yield* Layer.build(served)
+      const port = (front.server.address() as AddressInfo).port
+      assert.strictEqual(front.server.listenerCount("request"), 1)
+      const hello = yield* Effect.promise(() => request(port, "GET", "/hello", undefined))
+      assert.deepStrictEqual([hello.status, Buffer.from(hello.body).toString()], [200, "hi"])
+      const appendAnswer = yield* Effect.promise(() => request(port, "POST", BIDI_APPEND_PATH, new Uint8Array([1])))
+      assert.deepStrictEqual([appendAnswer.status, appendAnswer.headers["content-type"], [...appendAnswer.body]], [200, "application/proto", [7]])
+      assert.strictEqual(appended.length, 1)
+      const boom = yield* Effect.promise(() => request(port, "GET", "/boom", undefined))
+      assert.strictEqual(boom.status, 500)
+      assert.deepInclude(JSON.parse(Buffer.from(boom.body).toString()), { code: "internal" })
+      const nowhere = yield* Effect.promise(() => request(port, "GET", "/nowhere", undefined))
+      assert.strictEqual(nowhere.status, 404)
+      assert.deepInclude(JSON.parse(Buffer.from(nowhere.body).toString()), { code: "not_found" })
+    }))
+
+  it.scopedLive("a request asking for a protocol upgrade goes through the door like any other (no second way into the app)", () =>
+    Effect.gen(function*() {
+      const front = new FrontDoor()
+      front.door = Door.make(() => ({ bindHost: "127.0.0.1", allowedHosts: [], token: undefined }), () => undefined)
+      let served = 0
+      const app = HttpLayerRouter.use((router) => router.add("GET", "/console", Effect.sync(() => (served += 1, HttpServerResponse.text("the app")))))
+      yield* Layer.build(HttpLayerRouter.serve(app, { disableLogger: true, disableListenLog: true }).pipe(Layer.provide(layerServer(front, { port: 0, host: "127.0.0.1" }))))
+      const port = (front.server.address() as AddressInfo).port
+      const upgrade = { connection: "Upgrade", upgrade: "websocket" }
+      const refused = yield* Effect.promise(() => request(port, "GET", "/console", undefined, { ...upgrade, host: "evil.example" }))
+      assert.strictEqual(refused.status, 403)
+      assert.strictEqual(served, 0)
+      const passed = yield* Effect.promise(() => request(port, "GET", "/console", undefined, { ...upgrade, host: `127.0.0.1:${port}` }))
+      assert.deepStrictEqual([passed.status, served], [200, 1])
     }))
 })

@@ -10,7 +10,7 @@ import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Clock, Effect } from "effect"
 import { readBody } from "../Body.js"
-import { ConnectError, httpStatusOf } from "../Connect.js"
+import { ConnectError, errorResponse } from "../Connect.js"
 import type { CatalogueOptions } from "./Catalogue.js"
 
 export type Path = `/${string}`
@@ -32,7 +32,8 @@ export const respond = <Desc extends DescMessage>(request: HttpServerRequest.Htt
     ? HttpServerResponse.unsafeJson(toJson(schema, message))
     : HttpServerResponse.uint8Array(toBinary(schema, message), { contentType: "application/proto" })
 
-export const unaryError = (error: ConnectError) => HttpServerResponse.unsafeJson(error.toJson(), { status: httpStatusOf(error.code) })
+/** A unary call's error: the Connect error JSON with its status (`Connect.errorResponse`). */
+export const unaryError = errorResponse
 
 /** Reads a unary request of `schema`: the message, or `undefined` when the body is not one. */
 const readUnary = <Desc extends DescMessage>(request: HttpServerRequest.HttpServerRequest, schema: Desc) =>
