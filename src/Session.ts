@@ -9,15 +9,20 @@
  * `session/`, and nowhere else.
  */
 import { committed, delivered, dropHeld, openGate } from "./session/Owed.js"
-import { append, cancel, followUp } from "./session/Appends.js"
+import { append, answer, cancel, followUp } from "./session/Appends.js"
 import { adoptHeld, passGap } from "./session/Gaps.js"
 import type { SessionState } from "./session/State.js"
-import { ended, ending, mirrors, replays, spoke, turnReady } from "./session/Turns.js"
-import type { SessionCommand, SessionInput, Step } from "./session/Types.js"
+import { compaction, ended, mirrors, replays, spoke, turnReady } from "./session/Turns.js"
+import { ending } from "./session/TurnEnd.js"
+import { abortAll, childAttached, dispatch, onWorkDone, submissionOf } from "./session/ToolCalls.js"
+import { SessionCommand } from "./session/Types.js"
+import type { SessionInput, Step } from "./session/Types.js"
 
 export * from "./session/State.js"
 export * from "./session/Types.js"
 export { questionsOf, refusesUnknown, unknownFarAhead } from "./session/Appends.js"
+export { findTask, submissionOf, toolContext } from "./session/ToolCalls.js"
+export type { ToolDone } from "./session/ToolCalls.js"
 
 export const sessionTransition = (state: SessionState, input: SessionInput): Step => {
   switch (input._tag) {
@@ -27,16 +32,8 @@ export const sessionTransition = (state: SessionState, input: SessionInput): Ste
       return delivered(state, input.seqno, input.submissions)
     case "TurnReady":
       return turnReady(state, input.inputId, input.run, input.start)
-    case "Forwarded": {
-      const commands: Array<SessionCommand> = []
-      const message = input.message
-      const next = message._tag === "UserMessage"
-        ? followUp(state, undefined, message, input.inputId, input.owner, commands)
-        : message._tag === "Cancel"
-        ? cancel(state, undefined, message, input.inputId, input.owner, commands)
-        : state
-      return { state: next, commands }
-    }
+    case "Forwarded":
+      return forwarded(state, input)
     case "Committed":
       return committed(state, input.inputId)
     case "FlushGate": {
@@ -49,17 +46,54 @@ export const sessionTransition = (state: SessionState, input: SessionInput): Ste
       return adoptHeld(state, input.window)
     case "Spoke":
       return spoke(state, input.turn)
+    case "Dispatch": {
+      const commands: Array<SessionCommand> = []
+      return { state: dispatch(state, input.turn, input.dispatched, input.atMs, input.subagentModel, commands), commands }
+    }
+    case "WorkDone": {
+      const commands: Array<SessionCommand> = []
+      const advanced = onWorkDone(state, input.operationId, input.run, input.result, input.atMs, commands)
+      if (advanced?.done !== undefined) commands.push(SessionCommand.Submit({ submission: submissionOf(advanced.done), owner: state.requestId }))
+      return { state: advanced?.state ?? state, commands }
+    }
+    case "Abort": {
+      const commands: Array<SessionCommand> = []
+      return { state: abortAll(state, commands), commands }
+    }
+    case "Compaction":
+      return compaction(state, input.progress)
+    case "ChildAttached": {
+      const commands: Array<SessionCommand> = []
+      return { state: childAttached(state, input.toolCallId, input.child, commands), commands }
+    }
     case "Ending":
-      return ending(state, input.turnId)
+      return ending(state, input)
     case "Ended":
       return ended(state, input.atMs)
     case "Replays":
-      return replays(state, input.conversationId, input.turnKey)
+      return replays(state, input.conversationId, input.turnKey, input.carried)
     case "Mirrors":
       return mirrors(state)
     case "DropHeld": {
       const commands: Array<SessionCommand> = []
       return { state: dropHeld(state, commands), commands }
+    }
+  }
+}
+
+/** A message of a request that resumes this session's turn, acted on here; what it owes, the resumer's. */
+const forwarded = (state: SessionState, input: Extract<SessionInput, { readonly _tag: "Forwarded" }>): Step => {
+  const commands: Array<SessionCommand> = []
+  const { message, inputId, owner, seqno } = input
+  switch (message._tag) {
+    case "UserMessage":
+      return { state: followUp(state, undefined, message, inputId, owner, commands), commands }
+    case "Cancel":
+      return { state: cancel(state, undefined, message, inputId, owner, commands), commands }
+    default: {
+      const answered = answer(state, seqno, message, inputId, owner, input.atMs, commands)
+      if (answered.gave !== "delivering") commands.push(SessionCommand.Gave({ owner, seqno, submissions: answered.gave }))
+      return { state: answered.state, commands }
     }
   }
 }

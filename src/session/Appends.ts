@@ -11,6 +11,8 @@
  * process's numbering; an append far ahead is held only when the store knows the request.
  */
 import * as Dialect from "../Dialect.js"
+import * as Tools from "../Tools.js"
+import * as ToolCalls from "./ToolCalls.js"
 import type { ClientMessage, RunRequest } from "../Dialect.js"
 import { adopt, holdUnstarted, offer } from "./Inbox.js"
 import type { Offered } from "./Inbox.js"
@@ -160,7 +162,7 @@ export const handOnAll = (state: SessionState, offered: Offered<Taken>, commands
   return next
 }
 
-/** One append, handed on in order: what it carries becomes an input, a delivery to the driver, or nothing. */
+/** One append, handed on in order: what it carries becomes an input, a tool machine's step, a delivery to the driver, or nothing. */
 const handOn = (state: SessionState, item: Taken, commands: Array<SessionCommand>): SessionState => {
   const { seqno, message } = item
   const inputId = inputIdOf(state, seqno)
@@ -174,25 +176,25 @@ const handOn = (state: SessionState, item: Taken, commands: Array<SessionCommand
       return { ...settled, prewarm: message.prewarm, conversationId: nonEmpty(message.prewarm.conversationId) ?? state.requestId }
     }
     case "UserMessage":
-      if (state.resumes) return forward(state, seqno, message, inputId, commands)
+      if (state.resumes) return forward(state, seqno, message, inputId, item.arrivedAtMs, commands)
       if (state.prewarm !== undefined && state.run === undefined) {
         return onRunRequest(state, seqno, Dialect.runRequestOfPrewarm(state.prewarm, message.userMessage), commands)
       }
       return followUp(state, seqno, message, inputId, state.requestId, commands)
     case "Cancel":
-      if (state.resumes) return forward(state, seqno, message, inputId, commands)
+      if (state.resumes) return forward(state, seqno, message, inputId, item.arrivedAtMs, commands)
       return cancel(state, seqno, message, inputId, state.requestId, commands)
     case "CancelSubagent":
     case "ExecResult":
     case "ExecStream":
     case "ExecThrow":
     case "InteractionResponse":
-      commands.push(SessionCommand.Deliver({ seqno, message, inputId, owes: true }))
-      return owe(state, seqno, "delivering", commands)
-    case "KvResult":
-      // A blob's acknowledgement or a read back: it settles a wait of the driver's, and gives no input.
-      commands.push(SessionCommand.Deliver({ seqno, message, inputId, owes: false }))
-      return settle(state, seqno, commands)
+    case "KvResult": {
+      if (state.resumes) return forward(state, seqno, message, inputId, item.arrivedAtMs, commands)
+      const answered = answer(state, seqno, message, inputId, state.requestId, item.arrivedAtMs, commands)
+      if (answered.gave === "delivering") return owe(answered.state, seqno, "delivering", commands)
+      return answered.gave.length === 0 ? settle(answered.state, seqno, commands) : submitDirectly(answered.state, seqno, answered.gave, commands)
+    }
     case "Unknown":
       commands.push(SessionCommand.Log({
         level: "info",
@@ -207,12 +209,72 @@ const handOn = (state: SessionState, item: Taken, commands: Array<SessionCommand
   }
 }
 
+/** Tool results: submitted at once (they follow no run request's start); the append owes on their commits. */
+const submitDirectly = (state: SessionState, seqno: number, submissions: ReadonlyArray<Submission>, commands: Array<SessionCommand>): SessionState => {
+  const owed = new Map(state.owed)
+  owed.set(seqno, new Set(submissions.map((submission) => submission.inputId)))
+  for (const submission of submissions) commands.push(SessionCommand.Submit({ submission, owner: state.requestId }))
+  return { ...state, owed }
+}
+
+/**
+ * An answer of the client's to this session's turn (its own, or forwarded by a request that
+ * resumes it): an exec or interaction answer drives its tool machine; a KV answer settles a
+ * blob's wait (the driver's) and its KV request; a stopped subagent ends its Task. What it gave:
+ * the inputs to submit, or `delivering` when the driver reports them (`StopSubagent`).
+ */
+export const answer = (
+  state: SessionState,
+  seqno: number,
+  message: ClientMessage,
+  inputId: string,
+  owner: string,
+  atMs: number,
+  commands: Array<SessionCommand>
+): { readonly state: SessionState; readonly gave: ReadonlyArray<Submission> | "delivering" } => {
+  const advanced = (step: ToolCalls.Advanced | undefined) =>
+    step === undefined ? { state, gave: [] } : { state: step.state, gave: step.done === undefined ? [] : [ToolCalls.submissionOf(step.done)] }
+  switch (message._tag) {
+    case "ExecResult":
+      return advanced(ToolCalls.onExecReply(state, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), true, atMs, commands))
+    case "ExecStream":
+      return advanced(ToolCalls.onExecReply(state, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), message.terminal, atMs, commands))
+    case "ExecThrow":
+      return advanced(ToolCalls.onExecReply(state, message.id, undefined, (run) => Tools.onExecThrow(run, message.error), true, atMs, commands))
+    case "InteractionResponse":
+      return advanced(ToolCalls.onQueryReply(state, message.id, message.reply, atMs, commands))
+    case "KvResult":
+      // The driver settles what waits on it (a blob read back, a blob's acknowledgement).
+      commands.push(SessionCommand.Deliver({ seqno, message, inputId, owes: false }))
+      return { state: { ...state, correlation: Dialect.resolveKv(state.correlation, message.id).correlation }, gave: [] }
+    case "CancelSubagent": {
+      const stopped = ToolCalls.stopSubagent(state, message.subagentId, atMs, commands)
+      commands.push(SessionCommand.StopSubagent({
+        seqno,
+        owner,
+        subagentId: message.subagentId,
+        inputId,
+        child: stopped.child,
+        done: stopped.done === undefined ? undefined : ToolCalls.submissionOf(stopped.done)
+      }))
+      return { state: stopped.state, gave: "delivering" }
+    }
+    default:
+      return { state, gave: [] }
+  }
+}
+
 const nonEmpty = (text: string | undefined): string | undefined => (text === undefined || text === "" ? undefined : text)
 
-/** A request that resumes another's turn hands its follow-ups and cancels to that turn (`Forwarded` there); its input ids stay its own. */
-const forward = (state: SessionState, seqno: number, message: ClientMessage, inputId: string, commands: Array<SessionCommand>): SessionState => {
-  commands.push(SessionCommand.Forward({ seqno, message, inputId }))
-  return owe(state, seqno, new Set([inputId]), commands)
+/**
+ * A request that resumes another's turn hands its client's messages to that turn (`Forwarded`
+ * there); its input ids stay its own. A follow-up or a cancel owes on its input's commit; an
+ * answer on what that turn reports it gave (`Gave`).
+ */
+const forward = (state: SessionState, seqno: number, message: ClientMessage, inputId: string, atMs: number, commands: Array<SessionCommand>): SessionState => {
+  commands.push(SessionCommand.Forward({ seqno, message, inputId, atMs }))
+  const followsUp = message._tag === "UserMessage" || message._tag === "Cancel"
+  return owe(state, seqno, followsUp ? new Set([inputId]) : "delivering", commands)
 }
 
 /** A follow-up message on this request's turn (or, forwarded, on a resumer's); `owner` owes on its commit. */
@@ -288,10 +350,23 @@ const onRunRequest = (state: SessionState, seqno: number, run: RunRequest, comma
       const inputId = inputIdOf(next, seqno)
       // A summarize reads the context back too: its call must send the same system prompt (the rules) to hit the cache.
       const readContext = run.contextToFetch.length > 0 || run.pastChatsToRead.length > 0
-      next = owe(next, seqno, new Set([inputId]), commands)
-      if (readContext) next = { ...next, gate: Gate.Reading({ inputId, queued: [] }) }
-      commands.push(SessionCommand.StartTurn({ seqno, run, inputId, readContext }))
-      return next
+      next = { ...owe(next, seqno, new Set([inputId]), commands), todos: Dialect.todosOf(run.conversationState) }
+      if (!readContext) {
+        commands.push(SessionCommand.StartTurn({ seqno, run, inputId, readContext, reads: [] }))
+        return next
+      }
+      // One get_blob per part, answered by the client's KV results in later messages.
+      let correlation = next.correlation
+      const reads: Array<{ kvId: number; blobId: string }> = []
+      const messages = []
+      for (const ref of run.contextToFetch) {
+        const sent = Dialect.encodeGetBlob(correlation, ref.blobId)
+        correlation = sent.correlation
+        reads.push({ kvId: sent.kvId, blobId: Dialect.bytesToHex(ref.blobId) })
+        messages.push(sent.message)
+      }
+      commands.push(SessionCommand.Write({ messages }), SessionCommand.StartTurn({ seqno, run, inputId, readContext, reads }))
+      return { ...next, correlation, gate: Gate.Reading({ inputId, queued: [] }) }
     }
     case "Resume":
       commands.push(SessionCommand.Resume())

@@ -5,9 +5,10 @@
  */
 import { Data } from "effect"
 import type { ClientMessage, RunRequest } from "../Dialect.js"
-import type { PrewarmRequest } from "../gen/agent/v1/agent_pb.js"
+import * as Dialect from "../Dialect.js"
+import type { ConversationStateStructure, PrewarmRequest, TodoItem, ToolCall as CursorToolCall } from "../gen/agent/v1/agent_pb.js"
 import type { Input } from "../Loop.js"
-import type { CursorMode } from "../Tools.js"
+import type { CreatedPlan, CursorMode, SubagentRun, ToolRun } from "../Tools.js"
 import { emptyInbox } from "./Inbox.js"
 import type { AppendInbox } from "./Inbox.js"
 
@@ -114,6 +115,34 @@ export interface SessionState {
   /** A queued message was handed to the runner while the turn was ending: the stream waits for its turn. */
   readonly queuedTurnExpected: boolean
   readonly recovery: RecoveryMarks
+  /** The protocol correlation the Dialect threads: exec, KV and tool call ids. */
+  readonly correlation: Dialect.TurnCorrelation
+  /** The tool calls running on the client, by operation id (`ToolCalls.ts`). */
+  readonly operations: ReadonlyMap<string, Operation>
+  /** The conversation's todo list as the turn's tool calls left it. */
+  readonly todos: ReadonlyArray<TodoItem>
+  /** The plans CreatePlan made (those the client's checkpoint held first), for the checkpoint's `plan` and `plans`. */
+  readonly plans: ReadonlyArray<CreatedPlan>
+  /** The subagents this turn's Tasks ran, for the checkpoint's `subagent_runs_by_parent_tool_call_id`. */
+  readonly subagentRuns: ReadonlyArray<SubagentRun>
+  /** Typed tool calls as the UI saw them complete, for the checkpoint's steps. */
+  readonly cursorToolCalls: Readonly<Record<string, CursorToolCall>>
+  /** The compactions the current turn made, for its checkpoint's summary fields. */
+  readonly summaries: ReadonlyArray<Dialect.CheckpointSummary>
+  /** The checkpoint this stream last published: the next turn on the stream builds on it. */
+  readonly lastCheckpoint: ConversationStateStructure | undefined
+}
+
+/** A tool call running on the client (its machine's state is `run`). */
+export interface Operation {
+  readonly operationId: string
+  readonly conversationId: string
+  readonly toolCallId: string
+  readonly modelCallId: string
+  readonly startedAtMs: number
+  readonly run: ToolRun | undefined
+  /** A Task's child run, once Cursor opened it. */
+  readonly child?: { readonly conversationId: string; readonly requestId: string }
 }
 
 export const initialState = (requestId: string, turnKey: string): SessionState => ({
@@ -130,7 +159,15 @@ export const initialState = (requestId: string, turnKey: string): SessionState =
   resumes: false,
   queuedUserMessage: undefined,
   queuedTurnExpected: false,
-  recovery: { adoptFirstAppend: false, passingGaps: false, knownToStore: false }
+  recovery: { adoptFirstAppend: false, passingGaps: false, knownToStore: false },
+  correlation: Dialect.initialCorrelation(requestId),
+  operations: new Map(),
+  todos: [],
+  plans: [],
+  subagentRuns: [],
+  cursorToolCalls: {},
+  summaries: [],
+  lastCheckpoint: undefined
 })
 
 /** No run request reached this process for the request, the runner never spoke for it, and nothing ended it yet. */

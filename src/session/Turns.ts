@@ -1,11 +1,12 @@
 /**
  * The turn's side of the session: the runner speaking for a turn (the first time, a turn
  * recovered after a restart, the next turn a queued message started on the same stream), the
- * turn's start once its context is read, its end, a replay of an earlier process's end, and a
- * request that mirrors another's turn.
+ * turn's start once its context is read, a replay of an earlier process's end, and a request
+ * that mirrors another's turn. (Its end is `TurnEnd.ts`.)
  */
 import * as Dialect from "../Dialect.js"
-import type { TurnRef } from "../Runner.js"
+import type { ConversationStateStructure } from "../gen/agent/v1/agent_pb.js"
+import type { CompactionProgress, TurnRef } from "../Runner.js"
 import { committed, dropHeld, openGate } from "./Owed.js"
 import { Gate, isEnded, Lifecycle, type SessionState, type Submission } from "./State.js"
 import { NO_COMMANDS, SessionCommand, type Step } from "./Types.js"
@@ -24,13 +25,31 @@ export const spoke = (state: SessionState, turn: TurnRef): Step => {
   let commands: Array<SessionCommand> | undefined
   if (lifecycle._tag === "Open") {
     if (state.run === undefined) {
+      // A turn recovered after a restart: its todos start from what the run request's checkpoint held;
+      // the client's follow-ups and cancels go to its conversation, under the input ids the previous
+      // process gave them, so one it applied already is skipped.
       const userMessageId = Dialect.userMessageIdOf(turn.settings)
-      next = { ...next, conversationId: turn.conversationId, turnKey: userMessageId !== "" ? userMessageId : next.turnKey }
-      commands = [SessionCommand.Recovered()]
+      next = {
+        ...next,
+        conversationId: turn.conversationId,
+        turnKey: userMessageId !== "" ? userMessageId : next.turnKey,
+        todos: Dialect.todosOf(Dialect.carriedCheckpointOf(turn.settings))
+      }
     }
     next = { ...next, lifecycle: Lifecycle.Running(), turnId: turn.turnId }
   } else if (lifecycle._tag === "Ending" && !lifecycle.replayed && lifecycle.turnId !== turn.turnId) {
-    next = { ...next, lifecycle: Lifecycle.Running(), turnId: turn.turnId, queuedTurnExpected: false }
+    // A queued message started the next turn on this stream: it has its own tool calls and checkpoint.
+    next = {
+      ...next,
+      lifecycle: Lifecycle.Running(),
+      turnId: turn.turnId,
+      queuedTurnExpected: false,
+      cursorToolCalls: {},
+      summaries: [],
+      plans: [],
+      subagentRuns: [],
+      operations: new Map()
+    }
     commands = [SessionCommand.NextTurn()]
   } else if (lifecycle._tag === "Running" && state.turnId !== turn.turnId) {
     next = { ...next, turnId: turn.turnId }
@@ -41,17 +60,6 @@ export const spoke = (state: SessionState, turn: TurnRef): Step => {
     else if (!next.recovery.adoptFirstAppend) next = { ...next, recovery: { ...next.recovery, adoptFirstAppend: true } }
   }
   return { state: next, commands: commands ?? NO_COMMANDS }
-}
-
-/** The turn `turnId` ends on the wire: once (`SendTurnEnd` says to send it), unless the session ended. */
-export const ending = (state: SessionState, turnId: string): Step => {
-  const lifecycle = state.lifecycle
-  if (lifecycle._tag === "Ended" || (lifecycle._tag === "Ending" && lifecycle.turnId === turnId)) return { state, commands: NO_COMMANDS }
-  const replayed = lifecycle._tag === "Replaying"
-  return {
-    state: { ...state, lifecycle: Lifecycle.Ending({ turnId, replayed }), queuedTurnExpected: false },
-    commands: [SessionCommand.SendTurnEnd({ replayed })]
-  }
 }
 
 /** The end-stream frame is written. */
@@ -66,11 +74,18 @@ export const ended = (state: SessionState, atMs: number): Step => {
  * The end of a turn an earlier process ended is replayed on this session: the appends held so
  * far were that turn's (re-sent), acknowledged now and never applied; the inbox starts afresh.
  */
-export const replays = (state: SessionState, conversationId: string, turnKey: string | undefined): Step => {
+export const replays = (state: SessionState, conversationId: string, turnKey: string | undefined, carried: ConversationStateStructure | undefined): Step => {
   const commands: Array<SessionCommand> = []
   const next = dropHeld(state, commands)
   return {
-    state: { ...next, lifecycle: Lifecycle.Replaying(), conversationId, turnKey: turnKey ?? next.turnKey, inbox: { next: 0, held: new Map() } },
+    state: {
+      ...next,
+      lifecycle: Lifecycle.Replaying(),
+      conversationId,
+      turnKey: turnKey ?? next.turnKey,
+      inbox: { next: 0, held: new Map() },
+      todos: Dialect.todosOf(carried)
+    },
     commands
   }
 }
@@ -98,4 +113,44 @@ export const turnReady = (state: SessionState, inputId: string, run: Dialect.Run
     gate: gate._tag === "Reading" && gate.inputId === inputId ? Gate.Starting({ inputId, queued: gate.queued }) : gate
   }
   return { state: next, commands: [SessionCommand.Submit({ submission: start, owner: state.requestId })] }
+}
+
+/** What a summarize of a short conversation shows: nothing was changed. */
+const NOTHING_TO_SUMMARIZE = "Nothing to summarize yet: the conversation is short enough to keep whole."
+
+/** A compaction's progress as Cursor shows it; a completed one's summary is kept for the turn's checkpoint. */
+export const compaction = (state: SessionState, progress: CompactionProgress): Step => {
+  switch (progress._tag) {
+    case "Started":
+      return { state, commands: [SessionCommand.Write({ messages: [Dialect.encodeSummaryStarted()] })] }
+    case "Completed":
+      return {
+        state: {
+          ...state,
+          summaries: [...state.summaries, { summary: progress.summary, summarized: progress.summarized, windowTail: progress.kept, summaryMessage: progress.summaryMessage }]
+        },
+        commands: [SessionCommand.Write({ messages: [Dialect.encodeSummary(progress.summary), Dialect.encodeSummaryCompleted()] })]
+      }
+    case "Failed":
+      return {
+        state,
+        commands: [
+          SessionCommand.Log({ level: "warning", message: `transport: ${state.requestId}: the ${progress.trigger} summary failed: ${progress.error}` }),
+          // A summary the user asked for fails the turn, which says why; an automatic one goes on without it.
+          SessionCommand.Write({
+            messages: [
+              Dialect.encodeSummaryCompleted(),
+              ...(progress.trigger === "auto"
+                ? [Dialect.encodeServerNotice(`(The conversation could not be summarized to free context: ${progress.error}. Continuing with the whole conversation.)\n\n`)]
+                : [])
+            ]
+          })
+        ]
+      }
+    case "Skipped":
+      return {
+        state,
+        commands: [SessionCommand.Write({ messages: [Dialect.encodeSummaryStarted(), Dialect.encodeSummary(NOTHING_TO_SUMMARIZE), Dialect.encodeSummaryCompleted()] })]
+      }
+  }
 }

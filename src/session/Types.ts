@@ -2,7 +2,11 @@
 import { Data } from "effect"
 import type * as Dialect from "../Dialect.js"
 import type { ClientMessage, RunRequest } from "../Dialect.js"
-import type { TurnRef } from "../Runner.js"
+import type { ConversationStateStructure, AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
+import type { ToolResultMessage, Usage } from "../Llm.js"
+import type { ConversationState } from "../Loop.js"
+import type { CompactionProgress, DispatchedOperation, TurnOutcome, TurnRef } from "../Runner.js"
+import type { ServerWork, ToolRun, WorkResult } from "../Tools.js"
 import type { SessionState, Submission } from "./State.js"
 
 /**
@@ -38,8 +42,11 @@ export type SessionInput = Data.TaggedEnum<{
    * to submit (none: it starts nothing), with the run request as merged.
    */
   TurnReady: { readonly inputId: string; readonly run: RunRequest; readonly start: Submission | undefined }
-  /** A request that resumes this session's turn hands on a follow-up or a cancel; `owner` owes on its commit. */
-  Forwarded: { readonly message: ClientMessage; readonly inputId: string; readonly owner: string }
+  /**
+   * A request that resumes this session's turn hands on its append `seqno` (`owner`'s): a
+   * follow-up or a cancel (`owner` owes on its commit), an exec, interaction or KV answer.
+   */
+  Forwarded: { readonly seqno: number; readonly message: ClientMessage; readonly inputId: string; readonly owner: string; readonly atMs: number }
   /** The runner applied input `inputId` (committed it, found it committed, or found it changes nothing). */
   Committed: { readonly inputId: string }
   /** The start committed: what queued behind the gate goes in, in order. */
@@ -50,14 +57,33 @@ export type SessionInput = Data.TaggedEnum<{
   AdoptHeld: { readonly window: number }
   /** The runner speaks for `turn` on this session (a delta, a tool call, a compaction, an abort, the end). */
   Spoke: { readonly turn: TurnRef }
-  /** The turn `turnId` ends on the wire. */
-  Ending: { readonly turnId: string }
+  /** The runner dispatches a tool call of `turn` to the client. */
+  Dispatch: { readonly turn: TurnRef; readonly dispatched: DispatchedOperation; readonly atMs: number; readonly subagentModel: string | undefined }
+  /** The server's work for a tool call is done. */
+  WorkDone: { readonly operationId: string; readonly run: ToolRun; readonly result: WorkResult; readonly atMs: number }
+  /** The runner aborts the turn's tool calls. */
+  Abort: {}
+  /** A compaction's progress, to show (and the summary, for the checkpoint). */
+  Compaction: { readonly progress: CompactionProgress }
+  /** A child run opened for the Task `toolCallId` of this request (Cursor's `x-parent-*` headers). */
+  ChildAttached: { readonly toolCallId: string; readonly child: { readonly conversationId: string; readonly requestId: string } }
+  /**
+   * The turn `turn` ends on the wire with `outcome`: its end, and for a final answer the
+   * checkpoint projected from the committed `conversation` (the context meter out of `maxTokens`).
+   */
+  Ending: {
+    readonly turn: TurnRef
+    readonly outcome: TurnOutcome
+    readonly conversation: ConversationState
+    readonly usage: Usage
+    readonly maxTokens: number
+  }
   /** The end-stream frame is written. */
   Ended: { readonly atMs: number }
   /** The turn is over and its request id taken for a new one: what it holds is never handed on. */
   DropHeld: {}
   /** The end of a turn an earlier process ended is replayed here. */
-  Replays: { readonly conversationId: string; readonly turnKey: string | undefined }
+  Replays: { readonly conversationId: string; readonly turnKey: string | undefined; readonly carried: ConversationStateStructure | undefined }
   /** This request mirrors the turn of another (`resume_action` on a turn in flight). */
   Mirrors: {}
 }>
@@ -72,20 +98,59 @@ export type SessionCommand = Data.TaggedEnum<{
   Refuse: { readonly code: "out_of_range"; readonly message: string }
   /** Submit an input to the runner; its commit comes back as `Committed` to the session of `owner`. */
   Submit: { readonly submission: Submission; readonly owner: string }
-  /** Start the run request's turn: read its context back first when `readContext`; then report `TurnReady`. */
-  StartTurn: { readonly seqno: number; readonly run: RunRequest; readonly inputId: string; readonly readContext: boolean }
+  /**
+   * Start the run request's turn: read its context back first (the get_blob requests `reads`,
+   * written already, by KV id and blob id; and the past chats it names); then report `TurnReady`.
+   */
+  StartTurn: {
+    readonly seqno: number
+    readonly run: RunRequest
+    readonly inputId: string
+    readonly readContext: boolean
+    readonly reads: ReadonlyArray<{ readonly kvId: number; readonly blobId: string }>
+  }
+  /** Write these messages to the turn's stream, in order. */
+  Write: { readonly messages: ReadonlyArray<AgentServerMessage> }
+  /** Do the server's work for a tool call (off the request's lock); report `WorkDone`. */
+  StartWork: { readonly operationId: string; readonly run: ToolRun; readonly work: ServerWork }
+  /** A dispatched tool call the server finished at once (TodoWrite): its result, for the runner. */
+  DoneAtOnce: { readonly message: ToolResultMessage }
+  /** A forwarded answer gave these inputs: `owner`'s append `seqno` owes on them (`Delivered` there). */
+  Gave: { readonly owner: string; readonly seqno: number; readonly submissions: ReadonlyArray<Submission> }
+  /**
+   * The user stopped subagent `subagentId`: cancel its child conversations (`child`, and any the
+   * driver's registry knows), submit the Task's result `done`; report `Delivered` for `seqno`.
+   */
+  StopSubagent: {
+    readonly seqno: number
+    readonly owner: string
+    readonly subagentId: string
+    readonly inputId: string
+    readonly child: string | undefined
+    readonly done: Submission | undefined
+  }
   /** Carry out a client message on the driver's side (tool machines, KV answers, subagents); report `Delivered` when `owes`. */
   Deliver: { readonly seqno: number; readonly message: ClientMessage; readonly inputId: string; readonly owes: boolean }
-  /** Hand a follow-up or a cancel to the turn this request resumes (`Forwarded` there). */
-  Forward: { readonly seqno: number; readonly message: ClientMessage; readonly inputId: string }
+  /** Hand a client message to the turn this request resumes (`Forwarded` there). */
+  Forward: { readonly seqno: number; readonly message: ClientMessage; readonly inputId: string; readonly atMs: number }
   /** A forwarded message gave no input: `owner` owes nothing on `inputId` (report `Committed` to it). */
   Release: { readonly owner: string; readonly inputId: string }
   /** Resume another request's turn (`resume_action`). */
   Resume: {}
   /** End the stream with `end`. */
   End: { readonly end: Dialect.EndStream }
-  /** Send the end of the turn that is ending (`replayed`: an earlier process ended it). */
-  SendTurnEnd: { readonly replayed: boolean }
+  /**
+   * Send the end of the turn that is ending (`replayed`: an earlier process ended it): `messages`
+   * (the blobs' set_blob, whose KV ids are `blobs`, then turn_ended) at once, `checkpoint` once
+   * every blob is acknowledged, `end` last. A failed or canceled turn has no checkpoint.
+   */
+  SendTurnEnd: {
+    readonly replayed: boolean
+    readonly messages: ReadonlyArray<AgentServerMessage>
+    readonly blobs: ReadonlyArray<number>
+    readonly checkpoint: ConversationStateStructure | undefined
+    readonly end: Dialect.EndStream
+  }
   /** Replay the end of the turn the store says this request ended. */
   ReplayEnd: {}
   /** A new turn on a reused request id: a fresh session takes this append. */
@@ -98,8 +163,6 @@ export type SessionCommand = Data.TaggedEnum<{
   GapWait: { readonly ms: number }
   /** The runner spoke for a recovered turn whose appends were held: adopt them. */
   AdoptHeld: {}
-  /** A turn recovered after a restart speaks: what the driver keeps for it starts from its settings. */
-  Recovered: {}
   /** A queued message started the next turn on this stream: what the driver kept of the last turn goes. */
   NextTurn: {}
   Log: { readonly level: LogLevel; readonly message: string }

@@ -1,31 +1,28 @@
 /**
  * What the session machine's commands do on the driver's side for the client's messages: a run
- * request's turn started (its context read back first when it names any), exec and interaction
- * answers driving the tool machines (`ToolOps.ts`), KV answers settling the turn end's blobs and
- * the context reads, a subagent stopped. What they give (tool results, cancels) goes back to the
- * machine as `Delivered`, to be submitted and acknowledged once committed.
+ * request's turn started (its context read back first when it names any), the server's work for
+ * a tool call, KV answers settling the turn end's blob waits and the context reads, a subagent's
+ * children canceled. What they give goes back to the machine (`TurnReady`, `WorkDone`,
+ * `Delivered`), to be submitted and acknowledged once committed.
  */
-import { Deferred, Duration, Effect, Exit, FiberSet } from "effect"
+import { Clock, Deferred, Duration, Effect, Exit, FiberSet } from "effect"
 import type { Context } from "effect"
 import * as Dialect from "../Dialect.js"
 import type { ClientMessage, RunRequest } from "../Dialect.js"
-import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
 import { Input } from "../Loop.js"
 import type { Runner } from "../Runner.js"
 import { conversationOf, SessionInput } from "../Session.js"
 import type { SessionCommand, Submission } from "../Session.js"
 import * as Tools from "../Tools.js"
-import { step } from "./Driver.js"
+import { delivered, step } from "./Driver.js"
 import type { EffectCommand, InputEnv, ServerWorker } from "./InputEnv.js"
 import { noServerWork } from "./InputEnv.js"
 import * as Recovery from "./Recovery.js"
 import * as Resume from "./Resume.js"
-import { isEnded, write } from "./Session.js"
+import { isEnded } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import type { SessionsService } from "./Sessions.js"
-import { attachChild, cancelSubagent } from "./Subagents.js"
-import { isWork, onExecReply, onQueryReply, onWorkDone } from "./ToolOps.js"
-import type { ToolDone, WorkToDo } from "./ToolOps.js"
+import { attachChild, childSessionsOf } from "./Subagents.js"
 import { endSession } from "./TurnEnd.js"
 
 /** The driver's env: the commands of the client's messages are this module's. */
@@ -48,86 +45,56 @@ const carryOut = (env: InputEnv, session: Session, command: EffectCommand): Effe
     case "StartTurn":
       return startTurn(env, session, command)
     case "Deliver":
-      return deliver(env, session, command)
+      return command.message._tag === "KvResult" ? onKvResult(session, command.message) : Effect.void
     case "Resume":
       return Resume.resume(env, session)
     case "End":
       return endSession(session, command.end)
     case "WatchGaps":
       return Recovery.watchGaps(env, session)
+    case "StartWork":
+      return startWork(env, session, command)
+    case "StopSubagent":
+      return stopSubagent(env, command)
   }
 }
 
-/** A tool result as the input to submit. */
-const submissionOf = (done: ToolDone): Submission => ({
-  conversationId: done.conversationId,
-  input: Dialect.toolResultInputOf(done.message),
-  inputId: done.inputId
-})
-
-/** Carries out a client message the machine delivers; what it gives goes back as `Delivered` when its append owes on it. */
-const deliver = (env: InputEnv, request: Session, command: Extract<SessionCommand, { readonly _tag: "Deliver" }>): Effect.Effect<void> => {
-  // A request that resumes another's turn acts on that turn (`Resume.ts`).
-  const session = request.resumeOf ?? request
-  const { message } = command
-  const given = (submissions: ReadonlyArray<Submission>) =>
-    command.owes ? step(env, request, SessionInput.Delivered({ seqno: command.seqno, submissions })) : Effect.void
-  const next = (result: ToolDone | WorkToDo | undefined) => {
-    if (isWork(result)) return Effect.zipRight(startWork(env, session, result), given([]))
-    return given(result === undefined ? [] : [submissionOf(result)])
-  }
-  switch (message._tag) {
-    case "ExecResult":
-      return Effect.flatMap(onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), true), next)
-    case "ExecStream":
-      return Effect.flatMap(onExecReply(session, message.id, message.execId, (run) => Tools.onExecReply(run, message.reply), message.terminal), next)
-    case "ExecThrow":
-      return Effect.flatMap(onExecReply(session, message.id, undefined, (run) => Tools.onExecThrow(run, message.error), true), next)
-    case "InteractionResponse":
-      return Effect.flatMap(onQueryReply(session, message.id, message.reply), next)
-    case "KvResult":
-      return Effect.zipRight(onKvResult(session, message), given([]))
-    case "CancelSubagent":
-      return Effect.flatMap(cancelSubagent(env.sessions, session, message.subagentId), ({ children, done }) =>
-        given([
-          ...children.map((child): Submission => ({
-            conversationId: child,
-            input: Input.Cancel({ reason: "the user stopped this subagent" }),
-            inputId: `${command.inputId}/subagent`
-          })),
-          ...(done === undefined ? [] : [submissionOf(done)])
-        ]))
-    default:
-      return given([])
-  }
+/**
+ * The user stopped a subagent: its child conversations (the one its Task knows, and any child
+ * run of this process that names it) are canceled, and the Task's result submitted; the append
+ * owes on them.
+ */
+const stopSubagent = (env: InputEnv, command: Extract<SessionCommand, { readonly _tag: "StopSubagent" }>): Effect.Effect<void> => {
+  const children = new Set(childSessionsOf(env.sessions, command.subagentId))
+  if (command.child !== undefined) children.add(command.child)
+  const cancels = [...children].map((child): Submission => ({
+    conversationId: child,
+    input: Input.Cancel({ reason: "the user stopped this subagent" }),
+    inputId: `${command.inputId}/subagent`
+  }))
+  const log = children.size === 0 && command.done === undefined
+    ? Effect.logInfo(`transport: ${command.owner}: cancel_subagent_action for ${command.subagentId}, which does not run here; nothing changed`)
+    : Effect.void
+  return Effect.zipRight(log, delivered(env, command.owner, command.seqno, [...cancels, ...(command.done === undefined ? [] : [command.done])]))
 }
 
 /**
  * The server's work for an approved tool call runs in the background, off the request's lock
- * (a fetch may take seconds; the client's other messages go on meanwhile). Its result goes back
- * through the tool machine under the lock and is submitted like any tool result; a turn that was
- * canceled meanwhile drops it (`onWorkDone`).
+ * (a fetch may take seconds; the client's other messages go on meanwhile). What it gave goes
+ * back to the tool machine under the lock (`WorkDone`), whose result is submitted like any tool
+ * result; a turn that was canceled meanwhile drops it.
  */
-const startWork = (env: InputEnv, session: Session, todo: WorkToDo): Effect.Effect<void> =>
+const startWork = (env: InputEnv, session: Session, command: Extract<SessionCommand, { readonly _tag: "StartWork" }>): Effect.Effect<void> =>
   FiberSet.run(env.background, Effect.gen(function*() {
-    const work = todo.work
+    const work = command.work
     const result = work._tag === "Sleep" ? yield* Effect.as(Effect.sleep(work.ms), Tools.WorkResult.Slept()) : yield* env.worker.perform(work)
-    const next = yield* session.lock.withPermits(1)(onWorkDone(session, todo, result))
-    if (next === undefined) return
-    if (isWork(next)) return yield* startWork(env, session, next)
-    const applied = yield* Deferred.make<void>()
-    const done = submissionOf(next)
-    yield* env.runner.submitNotifying(done.conversationId, done.input, done.inputId, () => Deferred.unsafeDone(applied, Exit.void))
-    yield* Deferred.await(applied)
-  }).pipe(Effect.catchAllCause((cause) => Effect.logError(`transport: ${session.requestId}: ${todo.run.call.name} failed on the server`, cause)))).pipe(Effect.asVoid)
+    const atMs = yield* Clock.currentTimeMillis
+    yield* session.lock.withPermits(1)(step(env, session, SessionInput.WorkDone({ operationId: command.operationId, run: command.run, result, atMs })))
+  }).pipe(Effect.catchAllCause((cause) => Effect.logError(`transport: ${session.requestId}: ${command.run.call.name} failed on the server`, cause)))).pipe(Effect.asVoid)
 
-/**
- * A KV answer: a blob read back, or a blob's acknowledgement (the last of a turn's writes its
- * checkpoint); a failed read back or an answer that matches nothing is logged.
- */
+/** A KV answer settles what waits on it: a blob read back (a failed one is logged), or a blob's acknowledgement (the last of a turn's writes its checkpoint). */
 const onKvResult = (session: Session, message: Extract<ClientMessage, { _tag: "KvResult" }>): Effect.Effect<void> => {
   const failed = message.error !== undefined && message.error !== ""
-  session.correlation = Dialect.resolveKv(session.correlation, message.id).correlation
   const read = session.blobReads.get(message.id)
   if (read !== undefined) {
     session.blobReads.delete(message.id)
@@ -148,8 +115,7 @@ const onKvResult = (session: Session, message: Extract<ClientMessage, { _tag: "K
 /** The run request's turn starts: at once, or once its context is read back (`startAfterContext`). */
 const startTurn = (env: InputEnv, session: Session, command: Extract<SessionCommand, { readonly _tag: "StartTurn" }>): Effect.Effect<void> => {
   const { run, inputId } = command
-  session.todos = Dialect.todosOf(run.conversationState)
-  if (command.readContext) return startAfterContext(env, session, run, inputId)
+  if (command.readContext) return startAfterContext(env, session, run, inputId, command.reads)
   return Effect.flatMap(startOf(env, session, run, inputId), (start) => step(env, session, SessionInput.TurnReady({ inputId, run, start })))
 }
 
@@ -172,19 +138,15 @@ const startOf = (env: InputEnv, session: Session, run: RunRequest, inputId: stri
  * `contextFetchTimeoutMs`, or does not match its id, is left out with a warning. Follow-ups and
  * cancels that arrive meanwhile wait behind the machine's start gate.
  */
-const startAfterContext = (env: InputEnv, session: Session, run: RunRequest, inputId: string) =>
+const startAfterContext = (env: InputEnv, session: Session, run: RunRequest, inputId: string, requested: ReadonlyArray<{ readonly kvId: number; readonly blobId: string }>) =>
   Effect.gen(function*() {
+    // The get_blob requests are written (the machine's `Write` before this command): their answers settle these.
     const reads: Array<readonly [string, Deferred.Deferred<Uint8Array | undefined>]> = []
-    const messages: Array<AgentServerMessage> = []
-    for (const ref of run.contextToFetch) {
-      const sent = Dialect.encodeGetBlob(session.correlation, ref.blobId)
-      session.correlation = sent.correlation
+    for (const { kvId, blobId } of requested) {
       const read = yield* Deferred.make<Uint8Array | undefined>()
-      session.blobReads.set(sent.kvId, read)
-      reads.push([Dialect.bytesToHex(ref.blobId), read])
-      messages.push(sent.message)
+      session.blobReads.set(kvId, read)
+      reads.push([blobId, read])
     }
-    yield* write(session, messages)
     const timeout = Duration.millis(env.options.contextFetchTimeoutMs)
     yield* FiberSet.run(env.background, Effect.gen(function*() {
       const fetched = new Map<string, Uint8Array>()

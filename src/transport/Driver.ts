@@ -14,7 +14,7 @@ import type { SessionCommand, StoreFacts, Submission } from "../Session.js"
 import { ConnectError } from "./Connect.js"
 import type { InputEnv } from "./InputEnv.js"
 import type { Session } from "./Session.js"
-import { requestIdOf } from "./Session.js"
+import { requestIdOf, write } from "./Session.js"
 import { Settlement } from "./Settlement.js"
 
 /** Steps the machine: the session's state is replaced; the commands are returned. */
@@ -67,9 +67,13 @@ const carryOut = (env: InputEnv, session: Session, command: SessionCommand): Eff
       return Effect.sync(() => committed(env, command.owner, command.inputId))
     case "Forward": {
       const target = session.resumeOf
-      if (target === undefined) return Effect.sync(() => committed(env, session.requestId, command.inputId))
-      return step(env, target, SessionInput.Forwarded({ message: command.message, inputId: command.inputId, owner: session.requestId }))
+      if (target === undefined) return Effect.void
+      return step(env, target, SessionInput.Forwarded({ seqno: command.seqno, message: command.message, inputId: command.inputId, owner: session.requestId, atMs: command.atMs }))
     }
+    case "Gave":
+      return delivered(env, command.owner, command.seqno, command.submissions)
+    case "Write":
+      return write(session, command.messages)
     case "FlushGate":
       return Effect.sync(() => env.fork(session.lock.withPermits(1)(step(env, session, SessionInput.FlushGate()))))
     case "StartTurn":
@@ -77,6 +81,8 @@ const carryOut = (env: InputEnv, session: Session, command: SessionCommand): Eff
     case "Resume":
     case "End":
     case "WatchGaps":
+    case "StartWork":
+    case "StopSubagent":
       return env.carryOut(session, command)
     case "AdoptHeld":
       return Effect.asVoid(Queue.offer(env.sessions.adoptions, session))
@@ -90,13 +96,20 @@ const carryOut = (env: InputEnv, session: Session, command: SessionCommand): Eff
     case "Replace":
     case "ReplayEnd":
     case "GapWait":
-    case "Recovered":
     case "NextTurn":
     case "SendTurnEnd":
+    case "DoneAtOnce":
       // Their callers' own (`accept`, the gap watch, the runner's gateway, the turn's end).
       return Effect.void
   }
 }
+
+/** What a message of `owner`'s append `seqno` gave (handed to another session's turn, or by the driver): its append owes on them. */
+export const delivered = (env: InputEnv, owner: string, seqno: number, submissions: ReadonlyArray<Submission>): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    const session = env.sessions.get(owner)
+    return session === undefined ? Effect.void : step(env, session, SessionInput.Delivered({ seqno, submissions }))
+  })
 
 /** Submits an input; its commit comes back to the session of `owner` (`committed`). */
 const submit = (env: InputEnv, owner: string, submission: Submission): Effect.Effect<void> =>

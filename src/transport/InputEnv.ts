@@ -24,7 +24,7 @@ export const noServerWork: ServerWorker = {
 }
 
 /** The commands of the session machine carried out by `ClientInput.ts` and `Recovery.ts` (the driver's own are in `Driver.ts`). */
-export type EffectCommand = Extract<SessionCommand, { readonly _tag: "StartTurn" | "Deliver" | "Resume" | "End" | "WatchGaps" }>
+export type EffectCommand = Extract<SessionCommand, { readonly _tag: "StartTurn" | "Deliver" | "Resume" | "End" | "WatchGaps" | "StartWork" | "StopSubagent" }>
 
 /** What the driver needs beyond the session: the runner, the registry, the worker, and the commands carried out elsewhere. */
 export interface InputEnv extends SessionEnv {

@@ -47,8 +47,7 @@ import { endSession, sendTurnEnd } from "./TurnEnd.js"
 export const replayEnd = (env: InputEnv, session: Session, ended: Extract<StartedTurn, { readonly _tag: "Ended" }>) =>
   Effect.gen(function*() {
     const started = parseInputId(session.requestId, ended.startInputId)
-    yield* step(env, session, SessionInput.Replays({ conversationId: ended.turn.conversationId, turnKey: started?.turnKey }))
-    session.todos = Dialect.todosOf(Dialect.carriedCheckpointOf(ended.turn.settings))
+    yield* step(env, session, SessionInput.Replays({ conversationId: ended.turn.conversationId, turnKey: started?.turnKey, carried: Dialect.carriedCheckpointOf(ended.turn.settings) }))
     yield* Effect.logInfo(
       `transport: replaying the end (${ended.outcome._tag}) of turn ${ended.turn.turnId} of ${session.requestId}, committed before a restart`
     )

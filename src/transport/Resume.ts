@@ -45,8 +45,8 @@ export const resume = (env: InputEnv, session: Session) =>
     if (Option.isSome(current) && current.value._tag === "Ended") {
       const ended = current.value
       yield* Effect.logInfo(`transport: ${session.requestId} resumes conversation ${conversationId}, whose turn ${ended.turn.turnId} is over: its end is sent again`)
-      session.state = sessionTransition(session.state, SessionInput.Replays({ conversationId, turnKey: undefined })).state
-      session.todos = Dialect.todosOf(session.state.run?.conversationState ?? Dialect.carriedCheckpointOf(ended.turn.settings))
+      const carried = session.state.run?.conversationState ?? Dialect.carriedCheckpointOf(ended.turn.settings)
+      session.state = sessionTransition(session.state, SessionInput.Replays({ conversationId, turnKey: undefined, carried })).state
       return yield* sendTurnEnd(env.sessions.env, session, ended.turn, ended.outcome, ended.state, ended.usage)
     }
     yield* endSession(session, Dialect.EndStream.Error({
@@ -85,5 +85,5 @@ const answeredExec = (turn: Session, frame: Uint8Array): boolean => {
   const decoded = Dialect.fromFrame(frame.subarray(5))
   if (decoded._tag === "Left") return false
   const message = decoded.right.message
-  return message.case === "execServerMessage" && !turn.correlation.execs.some((exec) => exec.id === message.value.id)
+  return message.case === "execServerMessage" && !turn.state.correlation.execs.some((exec) => exec.id === message.value.id)
 }

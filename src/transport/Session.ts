@@ -1,16 +1,14 @@
 /**
  * One Cursor request's turn session as the driver holds it: the session machine's state
- * (`Session.ts` at the root: lifecycle, inbox, acknowledgements, gate), the turn channel for
- * the server's frames, the waits of the appends, and what the turn's tool calls and end keep
- * (correlation, tool machines in flight, blob waits, the checkpoint's parts).
+ * (`Session.ts` at the root: lifecycle, inbox, acknowledgements, gate, correlation, tool
+ * machines, the checkpoint's parts), and what only the driver can hold: the turn channel for
+ * the server's frames, the waits of the appends, of the blobs and of the context reads.
  */
 import { Deferred, Effect } from "effect"
 import type { FiberSet } from "effect"
 import * as Dialect from "../Dialect.js"
-import type { AgentServerMessage, ConversationStateStructure, TodoItem, ToolCall as CursorToolCall } from "../gen/agent/v1/agent_pb.js"
+import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
 import type { TurnRef } from "../Runner.js"
-import type { CreatedPlan, ToolRun } from "../Tools.js"
-import type * as Tools from "../Tools.js"
 import * as State from "../Session.js"
 import type { SessionState } from "../Session.js"
 import { initialState } from "../Session.js"
@@ -22,16 +20,6 @@ import type { TransportOptions } from "./Options.js"
 
 export { Lifecycle, parseInputId } from "../Session.js"
 
-export interface RunningOperation {
-  readonly operationId: string
-  readonly conversationId: string
-  readonly toolCallId: string
-  readonly modelCallId: string
-  readonly startedAtMs: number
-  run: ToolRun | undefined
-  /** A Task's child run, once Cursor opened it (`Subagents.attachChild`). */
-  child?: { readonly conversationId: string; readonly requestId: string }
-}
 
 
 
@@ -43,7 +31,6 @@ export interface Session {
   readonly channel: TurnChannel
   /** The acknowledgements appends wait for, by seqno (settled by the machine's `Ack`). */
   readonly waiters: Map<number, Settlement>
-  correlation: Dialect.TurnCorrelation
   /**
    * This request resumes the turn that session runs (`resume_action`, `Resume.ts`): its output
    * mirrors that session's frames, and its client messages act on that session's turn.
@@ -51,20 +38,8 @@ export interface Session {
   resumeOf: Session | undefined
   /** Completed when a turn starts on this stream after the one ending (`TurnEnd.beginNextTurn`). */
   nextTurnStarted: Deferred.Deferred<void> | undefined
-  /** The checkpoint this stream last published: the next turn on the stream builds on it. */
-  lastCheckpoint: ConversationStateStructure | undefined
-  todos: ReadonlyArray<TodoItem>
   /** The parent this request's run is a subagent for (Cursor's `x-parent-*` headers). */
   parent: Dialect.ParentLink | undefined
-  /** The subagents this turn's Tasks ran, for the checkpoint's `subagent_runs_by_parent_tool_call_id`. */
-  subagentRuns: Array<Tools.SubagentRun>
-  /** The plans CreatePlan made (those the client's checkpoint held first), for the checkpoint's `plan` and `plans`. */
-  plans: ReadonlyArray<CreatedPlan>
-  /** Typed tool calls as the UI saw them complete, for the checkpoint's steps. */
-  cursorToolCalls: Record<string, CursorToolCall>
-  /** The compactions the current turn made, for its checkpoint's summary fields. */
-  summaries: Array<Dialect.CheckpointSummary>
-  readonly operations: Map<string, RunningOperation>
   /** `set_blob`s in flight, by KV id: each called once, with whether the client stored the blob (false: an error, the session's end). */
   readonly blobAcks: Map<number, (ok: boolean) => void>
   /** get_blob reads in flight (request-context parts, attached images), by KV id: the blob, or undefined on an error. */
@@ -93,17 +68,9 @@ export const makeSession = (requestId: string, atMs: number): Effect.Effect<Sess
     state: initialState(requestId, `g${++generation}`),
     channel: makeTurnChannel(requestId),
     waiters: new Map(),
-    correlation: Dialect.initialCorrelation(requestId),
     resumeOf: undefined,
     nextTurnStarted: undefined,
-    lastCheckpoint: undefined,
-    todos: [],
-    plans: [],
     parent: undefined,
-    subagentRuns: [],
-    cursorToolCalls: {},
-    summaries: [],
-    operations: new Map(),
     blobAcks: new Map(),
     blobReads: new Map(),
     inputEnded: false,

@@ -9,37 +9,37 @@
  */
 import { Clock, Context, Effect, FiberSet, Layer, Queue } from "effect"
 import * as Dialect from "../Dialect.js"
-import type { ResponseEvent, Usage } from "../Llm.js"
+import type { ResponseEvent, ToolResultMessage, Usage } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 import { ClientGateway } from "../Runner.js"
 import type { CompactionProgress, DispatchedOperation, TurnOutcome, TurnRef } from "../Runner.js"
 import type { TransportOptions } from "./Options.js"
 import { envelope } from "./Connect.js"
-import { SessionInput, sessionTransition } from "../Session.js"
+import { SessionInput, sessionTransition, toolContext } from "../Session.js"
 import { endFrameOf, frameOf, makeSession, requestIdOf, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
-import { startOperation, toolContext } from "./ToolOps.js"
 import { beginNextTurn, sendTurnEnd } from "./TurnEnd.js"
 
 /** A model call's events as the turn's frames, moving the session's correlation on. */
 const encodeEvents = (session: Session, turn: TurnRef, callId: string, events: ReadonlyArray<ResponseEvent>, nowMs: number): Array<Uint8Array> => {
-  const mcpTools = toolContext(session, turn).mcpTools
+  const state = session.state
+  let correlation = state.correlation
   const frames: Array<Uint8Array> = []
+  let mcpTools: ReturnType<typeof toolContext>["mcpTools"] | undefined
   for (const event of events) {
-    const bytes = Dialect.deltaBytesOf(session.correlation, callId, event)
+    const bytes = Dialect.deltaBytesOf(correlation, callId, event)
     if (bytes !== undefined) {
       frames.push(envelope(0, bytes))
       continue
     }
-    const encoded = Dialect.encodeResponseEvent(session.correlation, callId, event, { nowMs, mcpTools })
-    session.correlation = encoded.correlation
+    mcpTools ??= toolContext(state, turn).mcpTools
+    const encoded = Dialect.encodeResponseEvent(correlation, callId, event, { nowMs, mcpTools })
+    correlation = encoded.correlation
     for (const message of encoded.messages) frames.push(frameOf(message))
   }
+  if (correlation !== state.correlation) session.state = { ...state, correlation }
   return frames
 }
-
-/** What a summarize of a short conversation shows: nothing was changed. */
-const NOTHING_TO_SUMMARIZE = "Nothing to summarize yet: the conversation is short enough to keep whole."
 
 export interface SessionsService {
   readonly env: SessionEnv
@@ -88,17 +88,15 @@ export const make = (options: TransportOptions) =>
       })
 
     /**
-     * The runner speaks for `turn` on its request's session (the machine's `Spoke`): a turn
-     * recovered after a restart starts its todos from what its run request's checkpoint held; a
-     * queued message's turn clears what the last one kept; held appends of a recovered turn are
-     * adopted (`Recovery.adoptHeld`, through `adoptions`).
+     * The runner speaks for `turn` on its request's session (the machine's `Spoke`): a queued
+     * message's turn releases the stream that waited for it; held appends of a recovered turn
+     * are adopted (`Recovery.adoptHeld`, through `adoptions`).
      */
     const spoke = (session: Session, turn: TurnRef): void => {
       const step = sessionTransition(session.state, SessionInput.Spoke({ turn }))
       session.state = step.state
       for (const command of step.commands) {
-        if (command._tag === "Recovered") session.todos = Dialect.todosOf(Dialect.carriedCheckpointOf(turn.settings))
-        else if (command._tag === "NextTurn") beginNextTurn(session)
+        if (command._tag === "NextTurn") beginNextTurn(session)
         else if (command._tag === "AdoptHeld") Queue.unsafeOffer(adoptions, session)
       }
     }
@@ -127,52 +125,37 @@ export const make = (options: TransportOptions) =>
       return true
     }
 
-    const dispatch = (turn: TurnRef, dispatched: DispatchedOperation) =>
-      Effect.flatMap(turnSession(turn), (session) => startOperation(session, turn, dispatched, options.subagentModel?.())).pipe(
-        Effect.map((done) => done?.message)
-      )
-
-    const abort = (turn: TurnRef) =>
-      Effect.gen(function*() {
-        const session = yield* turnSession(turn)
-        const aborted = Dialect.encodeAbortAll(session.correlation)
-        session.correlation = aborted.correlation
-        session.operations.clear()
-        yield* write(session, aborted.messages)
+    /** The machine's step for what the runner says of `turn`: its frames written, its log lines; a tool result it gave at once. */
+    const stepTurn = (turn: TurnRef, input: SessionInput) =>
+      Effect.flatMap(turnSession(turn), (session) => {
+        const step = sessionTransition(session.state, input)
+        session.state = step.state
+        let done: ToolResultMessage | undefined
+        return Effect.as(
+          Effect.forEach(step.commands, (command) => {
+            switch (command._tag) {
+              case "Write":
+                return write(session, command.messages)
+              case "Log":
+                return command.level === "warning" ? Effect.logWarning(command.message) : command.level === "info" ? Effect.logInfo(command.message) : Effect.logDebug(command.message)
+              case "DoneAtOnce":
+                done = command.message
+                return Effect.void
+              default:
+                return Effect.void
+            }
+          }, { discard: true }),
+          undefined
+        ).pipe(Effect.map(() => done))
       })
+
+    const dispatch = (turn: TurnRef, dispatched: DispatchedOperation) =>
+      Effect.flatMap(Clock.currentTimeMillis, (atMs) => stepTurn(turn, SessionInput.Dispatch({ turn, dispatched, atMs, subagentModel: options.subagentModel?.() })))
+
+    const abort = (turn: TurnRef) => Effect.asVoid(stepTurn(turn, SessionInput.Abort()))
 
     /** The summarizing display, and the summary kept for the turn's checkpoint. */
-    const compaction = (turn: TurnRef, progress: CompactionProgress) =>
-      Effect.gen(function*() {
-        const session = yield* turnSession(turn)
-        switch (progress._tag) {
-          case "Started":
-            return yield* write(session, [Dialect.encodeSummaryStarted()])
-          case "Completed":
-            session.summaries.push({
-              summary: progress.summary,
-              summarized: progress.summarized,
-              windowTail: progress.kept,
-              summaryMessage: progress.summaryMessage
-            })
-            return yield* write(session, [Dialect.encodeSummary(progress.summary), Dialect.encodeSummaryCompleted()])
-          case "Failed":
-            yield* Effect.logWarning(`transport: ${session.requestId}: the ${progress.trigger} summary failed: ${progress.error}`)
-            // A summary the user asked for fails the turn, which says why; an automatic one goes on without it.
-            return yield* write(session, [
-              Dialect.encodeSummaryCompleted(),
-              ...(progress.trigger === "auto"
-                ? [Dialect.encodeServerNotice(`(The conversation could not be summarized to free context: ${progress.error}. Continuing with the whole conversation.)\n\n`)]
-                : [])
-            ])
-          case "Skipped":
-            return yield* write(session, [
-              Dialect.encodeSummaryStarted(),
-              Dialect.encodeSummary(NOTHING_TO_SUMMARIZE),
-              Dialect.encodeSummaryCompleted()
-            ])
-        }
-      })
+    const compaction = (turn: TurnRef, progress: CompactionProgress) => Effect.asVoid(stepTurn(turn, SessionInput.Compaction({ progress })))
 
     const finish = (turn: TurnRef, outcome: TurnOutcome, state: ConversationState, usage: Usage) =>
       Effect.flatMap(turnSession(turn), (session) => sendTurnEnd(env, session, turn, outcome, state, usage))

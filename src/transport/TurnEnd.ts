@@ -11,7 +11,6 @@
  */
 import { Clock, Deferred, Duration, Effect, Exit, FiberSet } from "effect"
 import * as Dialect from "../Dialect.js"
-import type { AgentServerMessage } from "../gen/agent/v1/agent_pb.js"
 import type { Usage } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 import type { TurnOutcome, TurnRef } from "../Runner.js"
@@ -19,8 +18,6 @@ import * as State from "../Session.js"
 import { SessionInput, sessionTransition } from "../Session.js"
 import { endFrameOf, frameOf, isEnded, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
-import { toolContext } from "./ToolOps.js"
-import { contextTokensOf, modeOfSettings } from "../Loop.js"
 import { URGENT } from "../internal/Scheduler.js"
 
 /** How long a queued message the runner was given may take to start its turn before the stream ends anyway. */
@@ -62,24 +59,19 @@ export const sendTurnEnd = (
   usage: Usage
 ) =>
   Effect.gen(function*() {
-    const step = sessionTransition(session.state, SessionInput.Ending({ turnId: turn.turnId }))
+    const maxTokens = env.options.contextWindowOf(turn.settings.model)
+    const step = sessionTransition(session.state, SessionInput.Ending({ turn, outcome, conversation: state, usage, maxTokens }))
     session.state = step.state
     const send = step.commands.find((command) => command._tag === "SendTurnEnd")
     if (send === undefined) return
-    const replayed = send.replayed
-    session.correlation = { ...session.correlation, usage }
-    const end = Dialect.encodeTurnEnd(session.correlation, outcome)
-    session.correlation = end.correlation
-    if (outcome._tag !== "Final") {
-      yield* write(session, end.messages)
-      yield* endSession(session, end.end)
+    const { replayed, end, checkpoint } = send
+    if (checkpoint === undefined) {
+      yield* write(session, send.messages)
+      yield* endSession(session, end)
       return
     }
-    const checkpoint = projectTurn(env, session, turn, state)
-    // A turn that follows on this stream builds on this checkpoint (its blobs are on their way).
-    session.lastCheckpoint = checkpoint.checkpoint
-    const acks = sendBlobs(session, checkpoint.blobs)
-    yield* write(session, end.messages)
+    const acks = awaitBlobs(session, send.blobs)
+    session.channel.unsafeWrite(send.messages.map(frameOf))
     // A client whose input ended cannot acknowledge them: the turn ends without its checkpoint.
     if (session.inputEnded) acks.expire()
     const acknowledged = yield* Deferred.make<boolean>()
@@ -87,7 +79,7 @@ export const sendTurnEnd = (
     // wakes for it: on a busy server each wake-up waits its turn in the run queue, and the
     // checkpoint waited seconds under `bench/ack.ts`), after `turn_ended` (written just above).
     acks.whenSettled((ok) => {
-      if (ok && !isEnded(session)) session.channel.unsafeWrite([frameOf(Dialect.encodeCheckpoint(checkpoint.checkpoint))])
+      if (ok && !isEnded(session)) session.channel.unsafeWrite([frameOf(Dialect.encodeCheckpoint(checkpoint))])
       Deferred.unsafeDone(acknowledged, Exit.succeed(ok))
     })
     const graceEndsAtMs = (yield* Clock.currentTimeMillis) + (replayed ? 0 : env.options.queuedMessageGraceMs)
@@ -107,7 +99,7 @@ export const sendTurnEnd = (
         yield* Deferred.await(nextTurn).pipe(Effect.timeout(Duration.millis(QUEUED_TURN_START_MS)), Effect.ignore)
       }
       // A queued message started the next turn on this stream: that turn ends it.
-      if (stillEnding(session, turn.turnId)) yield* endSession(session, end.end)
+      if (stillEnding(session, turn.turnId)) yield* endSession(session, end)
     }))
   }).pipe(Effect.withSchedulingPriority(URGENT))
 
@@ -119,48 +111,6 @@ export const sendTurnEnd = (
 export const beginNextTurn = (session: Session) => {
   if (session.nextTurnStarted !== undefined) Deferred.unsafeDone(session.nextTurnStarted, Exit.void)
   session.nextTurnStarted = undefined
-  session.cursorToolCalls = {}
-  session.summaries = []
-  session.plans = []
-  session.subagentRuns = []
-  session.operations.clear()
-}
-
-/** The turn's checkpoint; without its run request (a turn recovered or replayed after a restart), from the committed settings and history. */
-const projectTurn = (env: SessionEnv, session: Session, turn: TurnRef, state: ConversationState) => {
-  const run = session.state.run
-  const action = run?.action
-  const turnMessages = state.messages.slice(state.turnStart)
-  const userMessage = session.state.queuedUserMessage ??
-    (action?._tag === "StartTurn"
-      ? { text: action.userMessage.text, messageId: action.userMessageId, mode: run?.mode ?? "agent" as const }
-      : action?._tag === "Summarize"
-      ? (action.userMessage === undefined
-        ? undefined
-        : { text: action.userMessage.text, messageId: action.userMessageId, mode: run?.mode ?? "agent" as const })
-      : turnMessages.length === 0 && Dialect.userMessageIdOf(turn.settings) === ""
-      // A turn that only summarized, ended by a process without its run request: it adds no turn.
-      ? undefined
-      : Dialect.turnUserMessageOf(turn.settings, turnMessages))
-  return Dialect.projectCheckpoint({
-    previous: session.lastCheckpoint ?? (run !== undefined ? run.conversationState : Dialect.carriedCheckpointOf(turn.settings)),
-    requestId: session.requestId,
-    userMessage,
-    turnMessages,
-    transcript: state.messages,
-    cursorToolCalls: session.cursorToolCalls,
-    pendingToolCalls: [],
-    todos: session.todos,
-    summaries: session.summaries,
-    plans: session.plans,
-    subagentRuns: session.subagentRuns,
-    mode: modeOfSettings(state.settings ?? turn.settings),
-    // The context meter: what the model sees now (the last request and its answer), not the turn's sum.
-    usedTokens: contextTokensOf(state),
-    maxTokens: env.options.contextWindowOf(turn.settings.model),
-    workspaceUris: run?.workspace.workspacePaths ?? Dialect.workspacePathsOf(turn.settings),
-    mcpTools: toolContext(session, turn).mcpTools
-  })
 }
 
 /** The acknowledgements of one checkpoint's blobs, counted down as the client's answers come. */
@@ -171,9 +121,9 @@ interface BlobAcks {
   readonly expire: () => void
 }
 
-/** Sends `set_blob` for each blob; the acknowledgements to wait for. */
-const sendBlobs = (session: Session, blobs: ReadonlyArray<Dialect.Blob>): BlobAcks => {
-  let left = blobs.length
+/** The acknowledgements to wait for of the `set_blob`s the machine sent, by KV id. */
+const awaitBlobs = (session: Session, kvIds: ReadonlyArray<number>): BlobAcks => {
+  let left = kvIds.length
   let outcome: boolean | undefined = left === 0 ? true : undefined
   let then: ((ok: boolean) => void) | undefined
   const settle = (ok: boolean) => {
@@ -181,18 +131,13 @@ const sendBlobs = (session: Session, blobs: ReadonlyArray<Dialect.Blob>): BlobAc
     outcome = ok
     then?.(ok)
   }
-  const messages: Array<AgentServerMessage> = []
-  for (const blob of blobs) {
-    const sent = Dialect.encodeSetBlob(session.correlation, blob)
-    session.correlation = sent.correlation
-    // Called once: the entry leaves the map when the client answers or the session ends.
-    session.blobAcks.set(sent.kvId, (ok) => {
+  // Called once: the entry leaves the map when the client answers or the session ends.
+  for (const kvId of kvIds) {
+    session.blobAcks.set(kvId, (ok) => {
       if (!ok) settle(false)
       else if (--left === 0) settle(true)
     })
-    messages.push(sent.message)
   }
-  session.channel.unsafeWrite(messages.map(frameOf))
   return {
     whenSettled: (f) => {
       if (outcome !== undefined) f(outcome)

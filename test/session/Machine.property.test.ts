@@ -11,7 +11,8 @@ import { FastCheck as fc } from "effect"
 import { ClientMessage, RunAction } from "../../src/Dialect.js"
 import type { RunRequest } from "../../src/Dialect.js"
 import { UserMessageSchema } from "../../src/gen/agent/v1/agent_pb.js"
-import { Input } from "../../src/Loop.js"
+import { emptyUsage } from "../../src/Llm.js"
+import { Command, initialConversation, Input } from "../../src/Loop.js"
 import type { TurnRef } from "../../src/Runner.js"
 import { initialState, SessionInput, sessionTransition } from "../../src/Session.js"
 import type { SessionCommand, SessionState, StoreFacts } from "../../src/Session.js"
@@ -48,9 +49,12 @@ const messageOf = (seqno: number, kind: Kind, readContext: boolean): ClientMessa
   }
 }
 
-/** The input ids an append carries, as the harness's driver gives them (an exec answer completes a tool call). */
+/**
+ * The input ids an append carries. An exec answer here names no running exec (the tool machines
+ * are `session/ToolCalls.ts`'s, driven end to end by the wire suites): it is dropped and gives none.
+ */
 const carries = (seqno: number, kind: Kind, turnKey = "u1"): ReadonlyArray<string> =>
-  seqno === 0 || kind === "follow" || kind === "cancel" ? [`${REQUEST}/${turnKey}:${seqno}`] : kind === "exec" ? [`op-${seqno}:result`] : []
+  seqno === 0 || kind === "follow" || kind === "cancel" ? [`${REQUEST}/${turnKey}:${seqno}`] : []
 
 const TURN: TurnRef = { conversationId: "conv-1", turnId: "t1", settings: { model: "m", userMessageId: "u1", requestId: REQUEST } as never }
 
@@ -107,11 +111,7 @@ class Harness {
         else this.ready(command)
         return
       case "Deliver":
-        if (command.owes) {
-          const kind = this.kinds[command.seqno]!
-          const submissions = kind === "exec" ? [{ conversationId: "conv-1", input: Input.Cancel({ reason: "x" }), inputId: `op-${command.seqno}:result` }] : []
-          this.feed(SessionInput.Delivered({ seqno: command.seqno, submissions }))
-        }
+        if (command.owes) this.feed(SessionInput.Delivered({ seqno: command.seqno, submissions: [] }))
         return
       case "FlushGate":
         this.flushes++
@@ -249,9 +249,10 @@ describe("the session machine", () => {
       for (let seqno = 0; seqno <= n; seqno++) h.append(seqno)
       h.feed(SessionInput.Spoke({ turn: TURN }))
       h.settleAll()
-      const end = h.feed(SessionInput.Ending({ turnId: "t1" }))
+      const ending = SessionInput.Ending({ turn: TURN, outcome: Command.Canceled({ reason: "done" }), conversation: initialConversation("conv-1"), usage: emptyUsage, maxTokens: 1000 })
+      const end = h.feed(ending)
       assert.deepStrictEqual(end.map((c) => c._tag), ["SendTurnEnd"])
-      assert.deepStrictEqual(h.feed(SessionInput.Ending({ turnId: "t1" })), [], "the end goes once")
+      assert.deepStrictEqual(h.feed(ending), [], "the end goes once")
       if (queued) {
         h.append(n + 1)
         assert.isTrue(h.state.queuedTurnExpected)
