@@ -46,7 +46,7 @@ export const make = Effect.gen(function*() {
   const runner = yield* Runner
   // The web tools need the Web service; without it (tests of the transport alone) they are never offered.
   const web = yield* Effect.serviceOption(Web)
-  const env: InputEnv = yield* makeInputEnv(sessions.env, runner, sessions, Option.match(web, { onNone: () => noServerWork, onSome: workerOf }))
+  const env: InputEnv = makeInputEnv(sessions.env, runner, sessions, Option.match(web, { onNone: () => noServerWork, onSome: workerOf }))
   const { options } = env
   const background = yield* FiberSet.make()
 
@@ -63,7 +63,7 @@ export const make = Effect.gen(function*() {
       }
       // A subagent's run names its parent on its requests: the session keeps it before its run request is taken.
       if (parent !== undefined) linkParent(yield* sessions.sessionFor(requestId), parent)
-      return yield* appendFor(requestId, Number(appendSeqno), message).pipe(Effect.annotateLogs({ requestId }))
+      return yield* appendFor(requestId, Number(appendSeqno), message).pipe(Effect.annotateLogs("requestId", requestId))
     })
 
   /** An append: the logs of its handling carry its request id. */
@@ -108,7 +108,7 @@ export const make = Effect.gen(function*() {
     })
 
   const runMessage = (requestId: string, seqno: number, message: ClientMessage) =>
-    Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs({ requestId }))
+    Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs("requestId", requestId))
 
   const runOutput = (requestId: string, parent?: Dialect.ParentLink) =>
     Effect.map(readerSession(requestId), (session) => {

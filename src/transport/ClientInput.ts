@@ -26,19 +26,17 @@ import { attachChild, childSessionsOf } from "./Subagents.js"
 import { endSession } from "./TurnEnd.js"
 
 /** The driver's env: the commands of the client's messages are this module's. */
-export const makeInputEnv = (base: SessionEnv, runner: Context.Tag.Service<Runner>, sessions: SessionsService, worker: ServerWorker = noServerWork): Effect.Effect<InputEnv> =>
-  Effect.map(FiberSet.runtime(base.background)<never>(), (run) => {
-    const env: InputEnv = {
-      ...base,
-      runner,
-      sessions,
-      worker,
-      fork: (effect) => void run(effect),
-      carryOut: (session, command) => carryOut(env, session, command),
-      replayEnd: (session, ended) => Recovery.replayEnd(env, session, ended)
-    }
-    return env
-  })
+export const makeInputEnv = (base: SessionEnv, runner: Context.Tag.Service<Runner>, sessions: SessionsService, worker: ServerWorker = noServerWork): InputEnv => {
+  const env: InputEnv = {
+    ...base,
+    runner,
+    sessions,
+    worker,
+    carryOut: (session, command) => carryOut(env, session, command),
+    replayEnd: (session, ended) => Recovery.replayEnd(env, session, ended)
+  }
+  return env
+}
 
 const carryOut = (env: InputEnv, session: Session, command: EffectCommand): Effect.Effect<void> => {
   switch (command._tag) {

@@ -31,8 +31,6 @@ export interface InputEnv extends SessionEnv {
   readonly runner: Context.Tag.Service<Runner>
   readonly sessions: SessionsService
   readonly worker: ServerWorker
-  /** Runs an effect in the background (a commit's follow-up, outside any fiber of ours). */
-  readonly fork: (effect: Effect.Effect<void>) => void
   readonly carryOut: (session: Session, command: EffectCommand) => Effect.Effect<void>
   /** Replays the end of a turn an earlier process ended (`Recovery.replayEnd`). */
   readonly replayEnd: (session: Session, ended: Extract<StartedTurn, { readonly _tag: "Ended" }>) => Effect.Effect<void>

@@ -36,8 +36,8 @@ export interface Session {
    * mirrors that session's frames, and its client messages act on that session's turn.
    */
   resumeOf: Session | undefined
-  /** Completed when a turn starts on this stream after the one ending (`TurnEnd.beginNextTurn`). */
-  nextTurnStarted: Deferred.Deferred<void> | undefined
+  /** Called when a turn starts on this stream after the one ending (`TurnEnd.beginNextTurn`). */
+  nextTurnStarted: (() => void) | undefined
   /** The parent this request's run is a subagent for (Cursor's `x-parent-*` headers). */
   parent: Dialect.ParentLink | undefined
   /** `set_blob`s in flight, by KV id: each called once, with whether the client stored the blob (false: an error, the session's end). */
@@ -54,10 +54,11 @@ export interface Session {
   lastActivityMs: number
 }
 
-/** What the session modules share: the options, the clock, and where background work runs. */
+/** What the session modules share: the options, and where background work runs (`fork`: from a plain callback). */
 export interface SessionEnv {
   readonly options: TransportOptions
   readonly background: FiberSet.FiberSet
+  readonly fork: (effect: Effect.Effect<void>) => void
 }
 
 let generation = 0

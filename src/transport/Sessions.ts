@@ -63,7 +63,8 @@ export class Sessions extends Context.Tag("cursor-byok/transport/Sessions")<Sess
 export const make = (options: TransportOptions) =>
   Effect.gen(function*() {
     const background = yield* FiberSet.make()
-    const env: SessionEnv = { options, background }
+    const run = yield* FiberSet.runtime(background)<never>()
+    const env: SessionEnv = { options, background, fork: (effect) => void run(effect) }
     const sessions = new Map<string, Session>()
     const adoptions = yield* Queue.unbounded<Session>()
 

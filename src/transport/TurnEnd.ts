@@ -9,7 +9,7 @@
  * on the same stream (`beginNextTurn`), building on this turn's checkpoint. Only then does the
  * stream end.
  */
-import { Clock, Deferred, Duration, Effect, Exit, FiberSet } from "effect"
+import { Clock, Deferred, Effect } from "effect"
 import * as Dialect from "../Dialect.js"
 import type { Usage } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
@@ -74,33 +74,34 @@ export const sendTurnEnd = (
     session.channel.unsafeWrite(send.messages.map(frameOf))
     // A client whose input ended cannot acknowledge them: the turn ends without its checkpoint.
     if (session.inputEnded) acks.expire()
-    const acknowledged = yield* Deferred.make<boolean>()
-    // The checkpoint goes out in the handler of the client's last acknowledgement (no fiber
-    // wakes for it: on a busy server each wake-up waits its turn in the run queue, and the
-    // checkpoint waited seconds under `bench/ack.ts`), after `turn_ended` (written just above).
-    acks.whenSettled((ok) => {
-      if (ok && !isEnded(session)) session.channel.unsafeWrite([frameOf(Dialect.encodeCheckpoint(checkpoint))])
-      Deferred.unsafeDone(acknowledged, Exit.succeed(ok))
-    })
     const graceEndsAtMs = (yield* Clock.currentTimeMillis) + (replayed ? 0 : env.options.queuedMessageGraceMs)
-    const nextTurn = yield* Deferred.make<void>()
-    session.nextTurnStarted = nextTurn
-    yield* FiberSet.run(env.background, Effect.gen(function*() {
-      const published = yield* Deferred.await(acknowledged).pipe(
-        Effect.timeoutTo({ duration: Duration.millis(env.options.blobAckTimeoutMs), onSuccess: (ok) => ok, onTimeout: () => false })
-      )
-      // Past the timeout a late acknowledgement publishes nothing.
-      acks.expire()
+    const ended = () => env.fork(Effect.suspend(() => (stillEnding(session, turn.turnId) ? endSession(session, end) : Effect.void)))
+    // Past the timeout a late acknowledgement publishes nothing.
+    // The timers are unref'd: they never hold up the process's exit.
+    const ackTimer = setTimeout(acks.expire, env.options.blobAckTimeoutMs).unref()
+    // The checkpoint goes out in the handler of the client's last acknowledgement, after
+    // `turn_ended` (written just above), and the end follows on timers: no fiber waits for
+    // either (on a busy server each wake-up waits its turn in the run queue, and the checkpoint
+    // waited seconds under `bench/ack.ts`).
+    acks.whenSettled((ok) => {
+      clearTimeout(ackTimer)
       if (isEnded(session)) return
-      if (!published) yield* Effect.logWarning(`transport: the client did not acknowledge the blobs of ${session.requestId}; checkpoint not published`)
-      const left = graceEndsAtMs - (yield* Clock.currentTimeMillis)
-      if (left > 0 && stillEnding(session, turn.turnId)) yield* Effect.sleep(Duration.millis(left))
-      if (stillEnding(session, turn.turnId) && session.state.queuedTurnExpected) {
-        yield* Deferred.await(nextTurn).pipe(Effect.timeout(Duration.millis(QUEUED_TURN_START_MS)), Effect.ignore)
+      if (ok) session.channel.unsafeWrite([frameOf(Dialect.encodeCheckpoint(checkpoint))])
+      else env.fork(Effect.logWarning(`transport: the client did not acknowledge the blobs of ${session.requestId}; checkpoint not published`))
+      const afterGrace = () => {
+        if (!stillEnding(session, turn.turnId)) return
+        if (!session.state.queuedTurnExpected) return ended()
+        // A queued message was handed to the runner: its turn ends the stream, unless it does not start in time.
+        const waiting = setTimeout(() => {
+          session.nextTurnStarted = undefined
+          ended()
+        }, QUEUED_TURN_START_MS).unref()
+        session.nextTurnStarted = () => clearTimeout(waiting)
       }
-      // A queued message started the next turn on this stream: that turn ends it.
-      if (stillEnding(session, turn.turnId)) yield* endSession(session, end)
-    }))
+      const left = graceEndsAtMs - Date.now()
+      if (left > 0 && stillEnding(session, turn.turnId)) setTimeout(afterGrace, left).unref()
+      else afterGrace()
+    })
   }).pipe(Effect.withSchedulingPriority(URGENT))
 
 /**
@@ -109,7 +110,7 @@ export const sendTurnEnd = (
  * tool calls and checkpoint.
  */
 export const beginNextTurn = (session: Session) => {
-  if (session.nextTurnStarted !== undefined) Deferred.unsafeDone(session.nextTurnStarted, Exit.void)
+  session.nextTurnStarted?.()
   session.nextTurnStarted = undefined
 }
 
