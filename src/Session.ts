@@ -7,6 +7,15 @@
  * acknowledge, deliver to a tool machine, start a turn, replay an end, wait, log). The driver
  * (`transport/`) owns the channels and carries the commands out; the rules are here, in
  * `session/`, and nowhere else.
+ *
+ * Rules this machine keeps, each guarded by a property test (`test/session/`):
+ * - the client's messages are handed on once each, in seqno order, whatever order and however
+ *   many times they arrive; one too far ahead is refused and changes nothing;
+ * - an append is acknowledged once, only after what it carried was applied and every append
+ *   before it was acknowledged (so a restart leaves no gap a re-send cannot fill);
+ * - follow-ups and cancels sent while a run request's context is read go in after its start;
+ * - a turn's end goes out once; a message queued while it ends starts the next turn on the stream;
+ * - after a restart, each input is applied once across both processes, none lost.
  */
 import { committed, delivered, dropHeld, openGate } from "./session/Owed.js"
 import { append, answer, cancel, followUp } from "./session/Appends.js"

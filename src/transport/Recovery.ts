@@ -1,36 +1,8 @@
 /**
- * Restart recovery on the client side: what a session does when this process has no turn for
- * a request an earlier process served.
- *
- * REPLAYING THE END OF A TURN. A process can die after committing the end of a turn and before
- * sending it (set_blob, turn_ended, checkpoint, end-stream): the history is complete, but the
- * client, which reopens RunSSE with the same request id and re-sends the appends it has no
- * acknowledgement for, reaches a process with no turn for that request (an `Open` session).
- * The store records the input that started each turn, so the request's turns are found by their
- * input ids (`<request id>/<turn key>:<seqno>`). The end is replayed, from the committed state,
- * only when that turn is the conversation's current turn, is over, and there is evidence the
- * client still waits for THAT turn:
- *
- * 1. a run request arrives whose input (`<request id>/<user message id>:<seqno>`) is already
- *    committed and started that turn: it is a re-send (the machine's `Append`, told by the store
- *    through `StoreFacts`). Or
- * 2. RunSSE has waited `orphanTimeoutMs` and no run request arrived (`resolveOrphan`); the turn
- *    is the request's newest.
- *
- * Otherwise nothing is replayed. Cursor reuses request ids: the RunSSE of a new turn on a
- * reused id may arrive before its run request, and must get the new turn; its run request is
- * not committed, so it starts the turn as always. Follow-ups and cancels are not evidence (they
- * name no turn): like any append ahead of the inbox they are held, and a replay drops them
- * unapplied, acknowledging them then. A turn still in progress (recovered, its model call
- * re-issued) is waited for: the runner speaks and the session adopts it. A request the store
- * knows no turn of, or whose turn a later one replaced, ends `unavailable` after
- * `orphanTimeoutMs`.
- *
- * What is replayed is what the gateway's `finish` sends, from the committed settings and
- * history (typed tool results the old process held in memory are lost: those steps are
- * partial tool calls); or, for a failed or canceled turn, the error end it had. The replaying
- * session acknowledges every later append and applies none but the KV answers to its own
- * set_blobs; a run request that is not committed (a new turn on the id) replaces it.
+ * Restart recovery on the driver's side: replaying the end of a turn an earlier process ended,
+ * a reader's orphan timeout, the gap watch of a recovered inbox, and the sweep. The rules (when
+ * an end is replayed, when a gap is passed over) are the session machine's; their reasons are
+ * in docs/architecture.md, "Restarts".
  */
 import { Clock, Duration, Effect, FiberSet } from "effect"
 import * as Dialect from "../Dialect.js"
