@@ -17,7 +17,7 @@ import { ClientGateway, Runner } from "./Runner.js"
 import { SessionInput } from "./Session.js"
 import { awaitSettled } from "./transport/Acks.js"
 import { makeInputEnv } from "./transport/ClientInput.js"
-import { accept, step } from "./transport/Driver.js"
+import { accept, acceptNow, step } from "./transport/Driver.js"
 import { noServerWork } from "./transport/InputEnv.js"
 import { linkParent } from "./transport/Subagents.js"
 import { workerOf } from "./transport/Work.js"
@@ -26,7 +26,7 @@ import type { InputEnv } from "./transport/InputEnv.js"
 import { ConnectError, parseEnvelopes } from "./transport/Connect.js"
 import type { TransportOptions } from "./transport/Options.js"
 import * as Recovery from "./transport/Recovery.js"
-import { HEARTBEAT_FRAME, isUnresolved } from "./transport/Session.js"
+import { HEARTBEAT_FRAME, isUnresolved, locked } from "./transport/Session.js"
 import type { Session } from "./transport/Session.js"
 import { Transport } from "./transport/Service.js"
 import type { AttachOutput } from "./transport/Service.js"
@@ -53,18 +53,24 @@ export const make = Effect.gen(function*() {
   yield* FiberSet.run(background, Effect.repeat(Recovery.sweep(env), Schedule.spaced(Duration.millis(options.sweepIntervalMs))))
   yield* FiberSet.run(background, Effect.forever(Effect.flatMap(Queue.take(sessions.adoptions), (session) => Recovery.adoptHeld(env, session))))
 
-  const bidiAppend = (body: Uint8Array, parent?: Dialect.ParentLink) =>
-    Effect.gen(function*() {
-      const frame = Dialect.decodeBidiAppendFrame(body)
-      if (Either.isLeft(frame)) return yield* Effect.fail(new ConnectError("invalid_argument", frame.left.message))
-      const { requestId, appendSeqno, message } = frame.right
-      if (appendSeqno < 0n || appendSeqno > BigInt(Number.MAX_SAFE_INTEGER)) {
-        return yield* Effect.fail(new ConnectError("out_of_range", `append_seqno ${appendSeqno} is out of range`))
-      }
+  /** An append: its answer at once when the driver takes it in this call (`acceptNow`), else the effect that takes it. */
+  const bidiAppend = (body: Uint8Array, parent?: Dialect.ParentLink): Uint8Array | Effect.Effect<Uint8Array, ConnectError> => {
+    const frame = Dialect.decodeBidiAppendFrame(body)
+    if (Either.isLeft(frame)) return Effect.fail(new ConnectError("invalid_argument", frame.left.message))
+    const { requestId, appendSeqno, message } = frame.right
+    if (appendSeqno < 0n || appendSeqno > BigInt(Number.MAX_SAFE_INTEGER)) {
+      return Effect.fail(new ConnectError("out_of_range", `append_seqno ${appendSeqno} is out of range`))
+    }
+    if (parent === undefined && Either.isRight(message) && acceptNow(env, requestId, Number(appendSeqno), message.right)) return APPEND_RESPONSE
+    return Effect.suspend(() => {
       // A subagent's run names its parent on its requests: the session keeps it before its run request is taken.
-      if (parent !== undefined) linkParent(yield* sessions.sessionFor(requestId), parent)
-      return yield* appendFor(requestId, Number(appendSeqno), message).pipe(Effect.annotateLogs("requestId", requestId))
-    })
+      if (parent === undefined) return appendFor(requestId, Number(appendSeqno), message)
+      return Effect.flatMap(sessions.sessionFor(requestId), (session) => {
+        linkParent(session, parent)
+        return appendFor(requestId, Number(appendSeqno), message)
+      })
+    }).pipe(Effect.annotateLogs("requestId", requestId))
+  }
 
   /** An append: the logs of its handling carry its request id. */
   const appendFor = (requestId: string, seqno: number, decoded: Dialect.BidiAppendFrame["message"]) =>
@@ -85,7 +91,7 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const session = yield* sessions.sessionFor(requestId)
       if (!session.channel.isClosed() || !session.channel.endDelivered() || session.channel.isAttached()) return session
-      yield* session.lock.withPermits(1)(step(env, session, SessionInput.DropHeld()))
+      yield* locked(session, step(env, session, SessionInput.DropHeld()))
       return yield* sessions.replace(requestId)
     })
 
@@ -108,7 +114,9 @@ export const make = Effect.gen(function*() {
     })
 
   const runMessage = (requestId: string, seqno: number, message: ClientMessage) =>
-    Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs("requestId", requestId))
+    acceptNow(env, requestId, seqno, message)
+      ? Effect.void
+      : Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs("requestId", requestId))
 
   const runOutput = (requestId: string, parent?: Dialect.ParentLink) =>
     Effect.map(readerSession(requestId), (session) => {

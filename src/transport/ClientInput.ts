@@ -5,21 +5,21 @@
  * children canceled. What they give goes back to the machine (`TurnReady`, `WorkDone`,
  * `Delivered`), to be submitted and acknowledged once committed.
  */
-import { Clock, Deferred, Duration, Effect, Exit, FiberSet } from "effect"
+import { Clock, Deferred, Duration, Effect, FiberSet } from "effect"
 import type { Context } from "effect"
 import * as Dialect from "../Dialect.js"
-import type { ClientMessage, RunRequest } from "../Dialect.js"
+import type { RunRequest } from "../Dialect.js"
 import { Input } from "../Loop.js"
 import type { Runner } from "../Runner.js"
 import { conversationOf, SessionInput } from "../Session.js"
 import type { SessionCommand, Submission } from "../Session.js"
 import * as Tools from "../Tools.js"
-import { delivered, step } from "./Driver.js"
+import { delivered, kvAnswered, step } from "./Driver.js"
 import type { EffectCommand, InputEnv, ServerWorker } from "./InputEnv.js"
 import { noServerWork } from "./InputEnv.js"
 import * as Recovery from "./Recovery.js"
 import * as Resume from "./Resume.js"
-import { isEnded } from "./Session.js"
+import { isEnded, locked } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import type { SessionsService } from "./Sessions.js"
 import { attachChild, childSessionsOf } from "./Subagents.js"
@@ -43,7 +43,7 @@ const carryOut = (env: InputEnv, session: Session, command: EffectCommand): Effe
     case "StartTurn":
       return startTurn(env, session, command)
     case "Deliver":
-      return command.message._tag === "KvResult" ? onKvResult(session, command.message) : Effect.void
+      return command.message._tag === "KvResult" ? kvAnswered(session, command.message) : Effect.void
     case "Resume":
       return Resume.resume(env, session)
     case "End":
@@ -87,28 +87,8 @@ const startWork = (env: InputEnv, session: Session, command: Extract<SessionComm
     const work = command.work
     const result = work._tag === "Sleep" ? yield* Effect.as(Effect.sleep(work.ms), Tools.WorkResult.Slept()) : yield* env.worker.perform(work)
     const atMs = yield* Clock.currentTimeMillis
-    yield* session.lock.withPermits(1)(step(env, session, SessionInput.WorkDone({ operationId: command.operationId, run: command.run, result, atMs })))
+    yield* locked(session, step(env, session, SessionInput.WorkDone({ operationId: command.operationId, run: command.run, result, atMs })))
   }).pipe(Effect.catchAllCause((cause) => Effect.logError(`transport: ${session.requestId}: ${command.run.call.name} failed on the server`, cause)))).pipe(Effect.asVoid)
-
-/** A KV answer settles what waits on it: a blob read back (a failed one is logged), or a blob's acknowledgement (the last of a turn's writes its checkpoint). */
-const onKvResult = (session: Session, message: Extract<ClientMessage, { _tag: "KvResult" }>): Effect.Effect<void> => {
-  const failed = message.error !== undefined && message.error !== ""
-  const read = session.blobReads.get(message.id)
-  if (read !== undefined) {
-    session.blobReads.delete(message.id)
-    if (!failed) {
-      Deferred.unsafeDone(read, Exit.succeed(message.data ?? new Uint8Array()))
-      return Effect.void
-    }
-    Deferred.unsafeDone(read, Exit.succeed(undefined))
-    return Effect.logWarning(`transport: the client could not read back blob ${message.id}: ${message.error}`)
-  }
-  const ack = session.blobAcks.get(message.id)
-  if (ack === undefined) return Effect.logDebug(`transport: KV answer ${message.id} matches no request; dropped`)
-  session.blobAcks.delete(message.id)
-  ack(!failed)
-  return Effect.void
-}
 
 /** The run request's turn starts: at once, or once its context is read back (`startAfterContext`). */
 const startTurn = (env: InputEnv, session: Session, command: Extract<SessionCommand, { readonly _tag: "StartTurn" }>): Effect.Effect<void> => {
@@ -157,7 +137,7 @@ const startAfterContext = (env: InputEnv, session: Session, run: RunRequest, inp
         ), { concurrency: "unbounded", discard: true })
       const merged = Dialect.withContextParts(run, fetched, yield* pastChatsOf(env, run))
       for (const problem of merged.problems) yield* Effect.logWarning(`transport: ${session.requestId}: ${problem}; the turn starts without it`)
-      yield* session.lock.withPermits(1)(Effect.flatMap(
+      yield* locked(session, Effect.flatMap(
         startOf(env, session, merged.run, inputId),
         (start) => step(env, session, SessionInput.TurnReady({ inputId, run: merged.run, start }))
       ))

@@ -5,7 +5,7 @@
  * message is taken in one path: the store is asked first when the machine's `questionsOf` says
  * so, then the transition runs under the request's lock, at once when the lock is free.
  */
-import { Effect, Option, Queue } from "effect"
+import { Deferred, Effect, Exit, Option, Queue } from "effect"
 import type { ClientMessage } from "../Dialect.js"
 import * as Metrics from "../Metrics.js"
 import type { StartedTurn } from "../Runner.js"
@@ -14,7 +14,7 @@ import type { SessionCommand, StoreFacts, Submission } from "../Session.js"
 import { ConnectError } from "./Connect.js"
 import type { InputEnv } from "./InputEnv.js"
 import type { Session } from "./Session.js"
-import { requestIdOf, write } from "./Session.js"
+import { locked, requestIdOf, write } from "./Session.js"
 import { Settlement } from "./Settlement.js"
 
 /** Steps the machine: the session's state is replaced; the commands are returned. */
@@ -75,7 +75,7 @@ const carryOut = (env: InputEnv, session: Session, command: SessionCommand): Eff
     case "Write":
       return write(session, command.messages)
     case "FlushGate":
-      return Effect.sync(() => env.fork(session.lock.withPermits(1)(step(env, session, SessionInput.FlushGate()))))
+      return Effect.sync(() => env.fork(locked(session, step(env, session, SessionInput.FlushGate()))))
     case "StartTurn":
     case "Deliver":
     case "Resume":
@@ -87,11 +87,7 @@ const carryOut = (env: InputEnv, session: Session, command: SessionCommand): Eff
     case "AdoptHeld":
       return Effect.asVoid(Queue.offer(env.sessions.adoptions, session))
     case "Log":
-      return command.level === "debug"
-        ? Effect.logDebug(command.message)
-        : command.level === "info"
-        ? Effect.logInfo(command.message)
-        : Effect.logWarning(command.message)
+      return logLine(command)
     case "Refuse":
     case "Replace":
     case "ReplayEnd":
@@ -144,8 +140,67 @@ export interface Accepted {
 }
 
 /**
- * Takes client message `seqno` of `requestId` (decoded already) into its session. Fails with a
- * Connect error, changing nothing, when the machine refuses it.
+ * Takes client message `seqno` of `requestId` (decoded already) in the caller's own call, when
+ * it can be taken whole there: its session exists, nobody holds or waits for the request's lock,
+ * the store need not be asked, and the machine's step (the one `accept` takes under the lock)
+ * acknowledges it at once with nothing to carry out but acknowledgements, KV answers and log
+ * lines (a blob's acknowledgement, a heartbeat, an exec stream's liveness). False: nothing was
+ * changed (the step is a pure value until it is kept); `accept` takes it.
+ */
+export const acceptNow = (env: InputEnv, requestId: string, seqno: number, message: ClientMessage): boolean => {
+  const session = env.sessions.get(requestId)
+  if (session === undefined || session.pending > 0) return false
+  const window = env.options.appendWindow
+  const questions = questionsOf(session.state, requestId, seqno, message, window)
+  if (questions.startedTurnBefore || questions.runRequestInputId !== undefined) return false
+  const nowMs = Date.now()
+  const step = sessionTransition(session.state, SessionInput.Append({ seqno, message, atMs: nowMs, window, facts: {}, newTurn: false }))
+  if (step.state.owed.has(seqno) || !step.commands.every(inline)) return false
+  session.state = step.state
+  session.lastActivityMs = nowMs
+  session.inputEnded = false
+  for (const command of step.commands) {
+    if (command._tag === "Ack") ack(session, command.seqno)
+    else if (command._tag === "Deliver" && command.message._tag === "KvResult") {
+      const logged = kvAnswered(session, command.message)
+      if (logged !== Effect.void) env.fork(logged)
+    } else if (command._tag === "Log") env.fork(logLine(command))
+  }
+  Metrics.countAppend("at_once")
+  return true
+}
+
+/** What `acceptNow` carries out in the caller's call. */
+const inline = (command: SessionCommand): boolean =>
+  command._tag === "Ack" || command._tag === "Log" || (command._tag === "Deliver" && command.message._tag === "KvResult")
+
+const logLine = (command: Extract<SessionCommand, { readonly _tag: "Log" }>): Effect.Effect<void> =>
+  command.level === "debug" ? Effect.logDebug(command.message) : command.level === "info" ? Effect.logInfo(command.message) : Effect.logWarning(command.message)
+
+/**
+ * A KV answer settles what waits on it on the driver's side: a blob read back (a failed one is
+ * logged: the effect returned), or a blob's acknowledgement (the last of a turn's writes its
+ * checkpoint). `Effect.void` when there is nothing to log.
+ */
+export const kvAnswered = (session: Session, message: Extract<ClientMessage, { _tag: "KvResult" }>): Effect.Effect<void> => {
+  const failed = message.error !== undefined && message.error !== ""
+  const read = session.blobReads.get(message.id)
+  if (read !== undefined) {
+    session.blobReads.delete(message.id)
+    Deferred.unsafeDone(read, Exit.succeed(failed ? undefined : message.data ?? new Uint8Array()))
+    return failed ? Effect.logWarning(`transport: the client could not read back blob ${message.id}: ${message.error}`) : Effect.void
+  }
+  const settle = session.blobAcks.get(message.id)
+  if (settle === undefined) return Effect.logDebug(`transport: KV answer ${message.id} matches no request; dropped`)
+  session.blobAcks.delete(message.id)
+  settle(!failed)
+  return Effect.void
+}
+
+/**
+ * Takes client message `seqno` of `requestId` (decoded already) into its session, under the
+ * request's lock, the store asked first when the machine's rules need it. Fails with a Connect
+ * error, changing nothing, when the machine refuses it.
  */
 export const accept = (env: InputEnv, requestId: string, seqno: number, message: ClientMessage): Effect.Effect<Accepted, ConnectError> =>
   Effect.suspend(() => {
@@ -153,22 +208,16 @@ export const accept = (env: InputEnv, requestId: string, seqno: number, message:
     const window = env.options.appendWindow
     const questions = questionsOf(existing?.state, requestId, seqno, message, window)
     if (existing !== undefined && !questions.startedTurnBefore && questions.runRequestInputId === undefined) {
-      // The common case: nothing to ask the store; at once when the request's lock is free.
-      return existing.lock.withPermitsIfAvailable(1)(take(env, existing, seqno, message, {}, undefined, false, true)).pipe(
-        Effect.flatMap(Option.match({
-          onSome: Effect.succeed,
-          onNone: () => existing.lock.withPermits(1)(take(env, existing, seqno, message, {}, undefined, false, false))
-        }))
-      )
+      return locked(existing, take(env, existing, seqno, message, {}, undefined, false))
     }
     return Effect.gen(function*() {
       const facts: { startedTurnBefore?: boolean } = {}
       if (questions.startedTurnBefore) facts.startedTurnBefore = yield* startedTurnBefore(env, requestId)
       if (refusesUnknown(existing?.state, seqno, window, facts)) return yield* Effect.fail(refusal(unknownFarAhead(requestId, seqno, window)))
       const session = yield* env.sessions.sessionFor(requestId)
-      return yield* session.lock.withPermits(1)(Effect.gen(function*() {
+      return yield* locked(session, Effect.gen(function*() {
         const resent = questions.runRequestInputId === undefined ? undefined : yield* resentTurnOf(env, session, message, questions.runRequestInputId)
-        return yield* take(env, session, seqno, message, { ...facts, ...resent?.facts }, resent?.ended, false, false)
+        return yield* take(env, session, seqno, message, { ...facts, ...resent?.facts }, resent?.ended, false)
       }))
     })
   })
@@ -195,11 +244,7 @@ export const startedTurnBefore = (env: InputEnv, requestId: string) =>
 
 const refusal = (command: Extract<SessionCommand, { readonly _tag: "Refuse" }>) => new ConnectError(command.code, command.message)
 
-/**
- * The append goes into the machine (under the request's lock); a new turn on a reused request id
- * takes a fresh session. `inline`: taken at once, the lock free and nothing asked of the store
- * (counted `at_once` when it is acknowledged at once too).
- */
+/** The append goes into the machine (under the request's lock); a new turn on a reused request id takes a fresh session. */
 const take = (
   env: InputEnv,
   session: Session,
@@ -207,8 +252,7 @@ const take = (
   message: ClientMessage,
   facts: StoreFacts,
   ended: Extract<StartedTurn, { readonly _tag: "Ended" }> | undefined,
-  newTurn: boolean,
-  inline: boolean
+  newTurn: boolean
 ): Effect.Effect<Accepted, ConnectError> =>
   Effect.clockWith((clock) => {
     const nowMs = clock.unsafeCurrentTimeMillis()
@@ -220,12 +264,12 @@ const take = (
     if (last?._tag === "Replace") {
       return Effect.zipRight(
         perform(env, session, commands),
-        Effect.flatMap(env.sessions.replace(session.requestId), (fresh) => take(env, fresh, seqno, message, facts, undefined, true, false))
+        Effect.flatMap(env.sessions.replace(session.requestId), (fresh) => take(env, fresh, seqno, message, facts, undefined, true))
       )
     }
     const replay = ended !== undefined && commands.some((command) => command._tag === "ReplayEnd") ? env.replayEnd(session, ended) : Effect.void
     // The wait is taken before the commands run: an acknowledgement they give settles it.
     const settled = session.state.owed.has(seqno) ? waiterOf(session, seqno) : undefined
-    Metrics.countAppend(inline && settled === undefined ? "at_once" : "general")
+    Metrics.countAppend("general")
     return Effect.as(Effect.zipRight(perform(env, session, commands), replay), { session, settled })
   })

@@ -11,7 +11,7 @@ import { SessionInput } from "../Session.js"
 import type { SessionCommand } from "../Session.js"
 import { apply, endedTurnOf, perform, step } from "./Driver.js"
 import type { InputEnv } from "./InputEnv.js"
-import { inputIdOf, isUnresolved, parseInputId, requestIdOf } from "./Session.js"
+import { inputIdOf, isUnresolved, locked, parseInputId, requestIdOf } from "./Session.js"
 import type { Session } from "./Session.js"
 import { endSession, sendTurnEnd } from "./TurnEnd.js"
 
@@ -28,7 +28,7 @@ export const replayEnd = (env: InputEnv, session: Session, ended: Extract<Starte
 
 /** Rule 2: a RunSSE that waited `orphanTimeoutMs` on an unresolved request. */
 export const resolveOrphan = (env: InputEnv, session: Session) =>
-  session.lock.withPermits(1)(Effect.gen(function*() {
+  locked(session, Effect.gen(function*() {
     if (!isUnresolved(session) || session.channel.isClosed()) return
     const requestId = session.requestId
     const found = yield* env.runner.findStartedTurn(`${requestId}/`, (inputId) => parseInputId(requestId, inputId) !== undefined)
@@ -45,14 +45,14 @@ export const resolveOrphan = (env: InputEnv, session: Session) =>
 
 /** A recovered turn whose client re-sent appends before the runner spoke: the machine adopts them (`session/Gaps.ts`). */
 export const adoptHeld = (env: InputEnv, session: Session) =>
-  session.lock.withPermits(1)(step(env, session, SessionInput.AdoptHeld({ window: env.options.appendWindow })))
+  locked(session, step(env, session, SessionInput.AdoptHeld({ window: env.options.appendWindow })))
 
 /** Passes over the gaps of a recovered inbox (the machine's rules, `session/Gaps.ts`), in the background. */
 export const watchGaps = (env: InputEnv, session: Session): Effect.Effect<void> =>
   Effect.asVoid(FiberSet.run(env.background, passGaps(env, session)))
 
 const passGaps = (env: InputEnv, session: Session): Effect.Effect<void> =>
-  session.lock.withPermits(1)(passGap(env, session)).pipe(
+  locked(session, passGap(env, session)).pipe(
     Effect.flatMap((waitMs) =>
       waitMs === undefined
         ? Effect.void

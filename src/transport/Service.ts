@@ -10,7 +10,8 @@ import type { FrameSink } from "./TurnChannel.js"
 export interface TransportService {
   readonly options: TransportOptions
   /** Handles a BidiAppend body; answers with the (empty) response bytes or a Connect error. */
-  readonly bidiAppend: (body: Uint8Array, parent?: Dialect.ParentLink) => Effect.Effect<Uint8Array, ConnectError>
+  /** An append's answer: at once (the bytes) when it was taken in this call, else the effect that takes it. */
+  readonly bidiAppend: (body: Uint8Array, parent?: Dialect.ParentLink) => Uint8Array | Effect.Effect<Uint8Array, ConnectError>
   /**
    * Opens the output of a RunSSE request body: attaching a sink gives it the frames (heartbeats
    * included), ending with end-stream; the attach returns the sink's detach.

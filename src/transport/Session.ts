@@ -46,8 +46,10 @@ export interface Session {
   readonly blobReads: Map<number, Deferred.Deferred<Uint8Array | undefined>>
   /** The client's input has ended (a `Run` stream half-closed): no answer to a KV request can come any more. */
   inputEnded: boolean
-  /** Serializes this request's client messages and what they lead to. */
+  /** Serializes this request's client messages and what they lead to: take it with `locked`. */
   readonly lock: Effect.Semaphore
+  /** How many hold the lock or wait for it (`locked`): a client message is taken inline only when none does. */
+  pending: number
   /** When the sweep last asked the store about this request. */
   storeCheckedAtMs: number | undefined
   readonly createdAtMs: number
@@ -76,10 +78,18 @@ export const makeSession = (requestId: string, atMs: number): Effect.Effect<Sess
     blobReads: new Map(),
     inputEnded: false,
     lock,
+    pending: 0,
     storeCheckedAtMs: undefined,
     createdAtMs: atMs,
     lastActivityMs: atMs
   }))
+
+/** Runs `effect` under the request's lock, counted in `pending` while it waits and holds it. */
+export const locked = <A, E, R>(session: Session, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.suspend(() => {
+    session.pending++
+    return Effect.ensuring(session.lock.withPermits(1)(effect), Effect.sync(() => void session.pending--))
+  })
 
 export const isUnresolved = (session: Session): boolean => State.isUnresolved(session.state)
 export const isReplay = (session: Session): boolean => State.isReplay(session.state)

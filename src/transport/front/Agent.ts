@@ -79,8 +79,10 @@ const serve = <A>(
 const bidiAppend = (transport: TransportService, runFork: RunFork, protocol: Protocol, request: IncomingMessage, response: ServerResponse) =>
   protocol.read(request, transport.options.bidiAppendMaxBytes, (body) => {
     if (body instanceof ConnectError) return refuse(runFork, protocol, request, response, "BidiAppend", body)
-    serve(runFork, protocol, request, response, "BidiAppend", transport.bidiAppend(body, parentLinkOf(request.headers)), (bytes) =>
-      protocol.answer(response, bytes))
+    const answer = transport.bidiAppend(body, parentLinkOf(request.headers))
+    // Taken in this call (`Driver.acceptNow`): answered without a fiber.
+    if (answer instanceof Uint8Array) return protocol.answer(response, answer)
+    serve(runFork, protocol, request, response, "BidiAppend", answer, (bytes) => protocol.answer(response, bytes))
   })
 
 /**
