@@ -161,11 +161,13 @@ export const make = (options: TransportOptions) =>
     const finish = (turn: TurnRef, outcome: TurnOutcome, state: ConversationState, usage: Usage) =>
       Effect.flatMap(turnSession(turn), (session) => sendTurnEnd(env, session, turn, outcome, state, usage))
 
-    const shutdown = Effect.forEach([...sessions.values()], (session) =>
-      session.channel.isClosed()
-        ? Effect.void
-        : session.channel.close(endFrameOf(Dialect.EndStream.Error({ code: "unavailable", message: "The server is shutting down; try again.", detail: undefined }))),
-      { discard: true })
+    // The sessions open when it runs (a list taken when the service was made would be empty).
+    const shutdown = Effect.suspend(() =>
+      Effect.forEach([...sessions.values()], (session) =>
+        session.channel.isClosed()
+          ? Effect.void
+          : session.channel.close(endFrameOf(Dialect.EndStream.Error({ code: "unavailable", message: "The server is shutting down; try again.", detail: undefined }))),
+        { discard: true }))
     yield* Effect.addFinalizer(() => shutdown)
 
     return Sessions.of({

@@ -75,7 +75,9 @@ export const sendTurnEnd = (
     // A client whose input ended cannot acknowledge them: the turn ends without its checkpoint.
     if (session.inputEnded) acks.expire()
     const graceEndsAtMs = (yield* Clock.currentTimeMillis) + (replayed ? 0 : env.options.queuedMessageGraceMs)
-    const ended = () => env.fork(Effect.suspend(() => (stillEnding(session, turn.turnId) ? endSession(session, end) : Effect.void)))
+    // In a later pass of the event loop: the answer to the append whose acknowledgement got here goes out first.
+    const ended = () =>
+      void setImmediate(() => env.fork(Effect.suspend(() => (stillEnding(session, turn.turnId) ? endSession(session, end) : Effect.void))))
     // Past the timeout a late acknowledgement publishes nothing.
     // The timers are unref'd: they never hold up the process's exit.
     const ackTimer = setTimeout(acks.expire, env.options.blobAckTimeoutMs).unref()
