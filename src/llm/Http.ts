@@ -72,13 +72,24 @@ interface Head {
   readonly body: Undici.Dispatcher.ResponseData["body"]
 }
 
+/** Longer than this, a JS timer would fire at once: like Effect's clock, the timers here treat it as never. */
+const MAX_TIMER_MS = 2 ** 31 - 1
+
 /**
  * POSTs the request with undici (the dispatcher's own keep-alive pool); aborted when the scope
  * closes. The body is handed over raw: the attempt reads it in its own `data` callback. `onHead`
  * sees the head as soon as undici has it, before the fiber that asked resumes (which may wait
- * its turn on a busy server).
+ * its turn on a busy server). No head within `timeoutMs`: fails with `onTimeout()` (a plain
+ * timer, cleared by the head, a failure or an interruption: no racing fibers), and a head that
+ * comes after that is left unread (the scope's close aborts it).
  */
-const post = (dispatcher: Undici.Dispatcher, request: ProviderRequest, onHead: (head: Head) => void): Effect.Effect<Head, LlmError, Scope.Scope> =>
+const post = (
+  dispatcher: Undici.Dispatcher,
+  request: ProviderRequest,
+  timeoutMs: number,
+  onTimeout: () => LlmError,
+  onHead: (head: Head) => void
+): Effect.Effect<Head, LlmError, Scope.Scope> =>
   Effect.gen(function*() {
     const controller = new AbortController()
     let answer: Head["body"] | undefined
@@ -90,8 +101,23 @@ const post = (dispatcher: Undici.Dispatcher, request: ProviderRequest, onHead: (
       })
     )
     const url = new URL(request.url)
-    const response = yield* Effect.tryPromise({
-      try: () =>
+    return yield* Effect.async<Head, LlmError>((resume) => {
+      // The first of the head, a failure, the timeout and an interruption settles the call.
+      let pending = true
+      const timer = timeoutMs <= MAX_TIMER_MS
+        ? setTimeout(() => {
+          if (!pending) return
+          pending = false
+          resume(Effect.fail(onTimeout()))
+        }, timeoutMs)
+        : undefined
+      const fail = (cause: unknown) => {
+        if (!pending) return
+        pending = false
+        clearTimeout(timer)
+        resume(Effect.fail(networkError(request.provider, cause)))
+      }
+      try {
         dispatcher.request({
           origin: url.origin,
           path: url.pathname + url.search,
@@ -99,22 +125,35 @@ const post = (dispatcher: Undici.Dispatcher, request: ProviderRequest, onHead: (
           headers: { ...request.headers, "content-type": "application/json" },
           body: request.body,
           signal: controller.signal,
-          // The idle timeout below covers the head and the body.
+          // The idle timeout covers the head (here) and the body (the attempt's watchdog).
           headersTimeout: 0,
           bodyTimeout: 0
         }).then((response) => {
-          const headers: Record<string, string> = {}
-          for (const [name, value] of Object.entries(response.headers)) {
-            if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(", ") : value
+          if (!pending) return
+          let head: Head
+          try {
+            const headers: Record<string, string> = {}
+            for (const [name, value] of Object.entries(response.headers)) {
+              if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(", ") : value
+            }
+            head = { status: response.statusCode, headers, body: response.body }
+            answer = response.body
+            onHead(head)
+          } catch (cause) {
+            return fail(cause)
           }
-          const head: Head = { status: response.statusCode, headers, body: response.body }
-          answer = response.body
-          onHead(head)
-          return head
-        }),
-      catch: (cause) => networkError(request.provider, cause)
+          pending = false
+          clearTimeout(timer)
+          resume(Effect.succeed(head))
+        }, fail)
+      } catch (cause) {
+        fail(cause)
+      }
+      return Effect.sync(() => {
+        pending = false
+        clearTimeout(timer)
+      })
     })
-    return response
   })
 
 /**
@@ -135,9 +174,11 @@ export interface Attempt {
  * between the socket read and the sink). A sink gets nothing before the answer's first
  * content: the `Start` events before it are held, so that an attempt that fails before
  * answering has handed nothing out and can be retried; the first content goes out with them,
- * in the read that brought it. A watchdog fiber fails the stream with
- * `idleTimeout` once no byte has come for the idle timeout: it wakes once per timeout period,
- * where `Stream.timeoutFail` raced a timer against every read (~100 µs per chunk, measured).
+ * in the read that brought it. A watchdog timer fails the stream with `idleTimeout` once no
+ * byte has come for the idle timeout: it wakes once per timeout period, where
+ * `Stream.timeoutFail` raced a timer against every read (~100 µs per chunk, measured), and is a
+ * plain JS timer (no fiber, no `Effect.sleep`), cleared when the scope closes. The head has the
+ * same limit (`post`'s own timer). The idle clock is the wall clock, as the timers are real ones.
  */
 export const openAttempt = (
   dispatcher: Undici.Dispatcher,
@@ -146,12 +187,10 @@ export const openAttempt = (
   sink?: (events: ReadonlyArray<ResponseEvent>) => void
 ): Effect.Effect<Attempt, LlmError, Scope.Scope> =>
     Effect.gen(function*() {
-      const idle = Duration.millis(settings.idleTimeoutMs)
       const machine = request.makeMachine()
       const decoder = makeSseDecoder()
-      const clock = yield* Effect.clock
       const events = yield* Mailbox.make<ResponseEvent, LlmError>()
-      let lastReadAt = clock.unsafeCurrentTimeMillis()
+      let lastReadAt = Date.now()
       let settled = false
       let answered = false
       /** With a sink: the `Start` events before the first content. */
@@ -193,7 +232,7 @@ export const openAttempt = (
         }
       }
       const onData = (bytes: Buffer) => {
-        lastReadAt = clock.unsafeCurrentTimeMillis()
+        lastReadAt = Date.now()
         if (settled) return
         const out: Array<ResponseEvent> = []
         let error: LlmError | undefined
@@ -227,44 +266,44 @@ export const openAttempt = (
       // callback), not once this fiber resumes: under load that could be seconds later, with
       // the answer piling up unread meanwhile.
       const isOk = (status: number) => status >= 200 && status < 300
-      const head = yield* post(dispatcher, request, (head) => {
+      const head = yield* post(dispatcher, request, settings.idleTimeoutMs, () => idleError(request.provider, settings), (head) => {
         if (!isOk(head.status)) return
-        lastReadAt = clock.unsafeCurrentTimeMillis()
+        lastReadAt = Date.now()
         head.body.on("data", onData)
         head.body.once("end", onEnd)
         head.body.once("error", onError)
-      }).pipe(
-        Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) })
-      )
+      })
       const body = head.body
       if (!isOk(head.status)) {
         const text = yield* Effect.tryPromise(() => body.text()).pipe(
-          Effect.timeoutFail({ duration: idle, onTimeout: () => idleError(request.provider, settings) }),
+          Effect.timeoutFail({ duration: Duration.millis(settings.idleTimeoutMs), onTimeout: () => idleError(request.provider, settings) }),
           Effect.orElseSucceed(() => "")
         )
         const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
         return yield* classifyHttpError(request.provider, head.status, head.headers, text, now)
       }
+      let watchdog: ReturnType<typeof setTimeout> | undefined
       yield* Effect.addFinalizer(() =>
         Effect.sync(() => {
           settled = true
+          clearTimeout(watchdog)
           body.off("data", onData)
           body.destroy()
         })
       )
-      const watchdog: Effect.Effect<void> = Effect.suspend(() => {
-        if (settled) return Effect.void
-        const quietFor = clock.unsafeCurrentTimeMillis() - lastReadAt
+      const watch = () => {
+        watchdog = undefined
+        if (settled) return
+        const quietFor = Date.now() - lastReadAt
         if (quietFor >= settings.idleTimeoutMs) {
-          return Effect.sync(() => {
-            settled = true
-            events.unsafeDone(Exit.fail(idleError(request.provider, settings)))
-            body.destroy()
-          })
+          settled = true
+          events.unsafeDone(Exit.fail(idleError(request.provider, settings)))
+          body.destroy()
+          return
         }
-        return Effect.zipRight(Effect.sleep(Duration.millis(settings.idleTimeoutMs - quietFor)), watchdog)
-      })
-      yield* Effect.forkScoped(watchdog)
+        watchdog = setTimeout(watch, settings.idleTimeoutMs - quietFor)
+      }
+      if (settings.idleTimeoutMs <= MAX_TIMER_MS) watch()
       return { events }
     })
 
@@ -327,8 +366,8 @@ export const streamWithRetry = (
               delivered = true
               onEvents(first ? out.map(stamped) : out)
             }
-            // The body is read from undici's callback: content may have gone out even when the
-            // attempt itself then fails (its head's idle timeout firing as the head came in).
+            // The body is read from undici's callback: content may have gone out before the
+            // attempt failed (a stream that broke off or went silent after its first content).
             const end = yield* openAttempt(dispatcher, request, settings, sink).pipe(
               Scope.extend(scope),
               Effect.flatMap(({ events }) => events.await),

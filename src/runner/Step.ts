@@ -50,7 +50,7 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
     if (settledCall?.status === "committed") {
       yield* Metrics.countTokens(settledCall.message.usage)
       const cost = env.options.costOf?.(settledCall.model, settledCall.message)
-      if (cost !== undefined) yield* Metric.incrementBy(Metric.tagged(Metrics.costUsd, "model", cost.model), cost.usd)
+      if (cost !== undefined) Metrics.addCost(cost.model, cost.usd)
     } else if (settledCall !== undefined && input._tag === "LlmEvent") {
       // The call's own stream ended it in error (not a cancel or a new turn).
       yield* Metric.increment(Metrics.llmErrors)
@@ -69,7 +69,7 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
     }
     const compaction = compactionProgressOf(acc.runtime.committed, input, t)
     if (compaction !== undefined) {
-      yield* Metric.increment(Metric.tagged(Metrics.compactions, "outcome", compaction._tag.toLowerCase()))
+      Metrics.countCompaction(compaction._tag.toLowerCase())
       yield* gateway.compaction(turnRefOf(t.state.committed), compaction)
     }
     yield* supersede(env, acc.runtime.committed, t.state.committed)
@@ -156,7 +156,7 @@ const perform = (env: RunnerEnv, actor: Actor, acc: ActorState, command: Command
     WaitInput: () => Effect.succeed(acc),
     CallLlm: (call) => Effect.as(startModelCall(env, actor, call), acc),
     CallClient: ({ operationId, toolCall }) =>
-      Metric.increment(Metric.tagged(Metrics.toolCalls, "kind", env.options.classifyTool(toolCall).kind)).pipe(
+      Effect.sync(() => Metrics.countToolCall(env.options.classifyTool(toolCall).kind)).pipe(
         Effect.zipRight(env.store.markOperationSent(operationId)),
         Effect.zipRight(env.gateway.dispatch(turnRefOf(acc.runtime.committed), {
           operationId,
@@ -185,7 +185,7 @@ const endTurn = (env: RunnerEnv, actor: Actor, acc: ActorState, outcome: TurnOut
     const stream = yield* Effect.option(FiberMap.get(llmStreams, actor.conversationId))
     if (Option.isSome(stream)) yield* Fiber.interruptFork(stream.value)
     const turn = turnRefOf(acc.runtime.committed)
-    yield* Metric.increment(Metric.tagged(Metrics.turnsFinished, "outcome", outcome._tag === "Final" ? outcome.reason : outcome._tag.toLowerCase()))
+    Metrics.countTurnFinished(outcome._tag === "Final" ? outcome.reason : outcome._tag.toLowerCase())
     if (outcome._tag === "Canceled") yield* gateway.abort(turn)
     // From the committed answers, once: a turn recovered after a restart counts the calls the previous process made too.
     const usage = turnUsageOf(acc.runtime.committed)

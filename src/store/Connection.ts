@@ -4,6 +4,13 @@
  * better-sqlite3's prepared statements), sharing one handle and one lock that a transaction
  * holds from BEGIN to its end. Why by hand, and the lock's rules: docs/architecture.md, "The
  * SQLite connection".
+ *
+ * `Direct.run` takes a whole Store operation (a `Program.ts` program) and, when no transaction
+ * is open on the connection, runs all of it, BEGIN to COMMIT included, in one synchronous call:
+ * better-sqlite3 runs each statement synchronously and JavaScript runs one call at a time, so
+ * nothing else in the process reaches the connection before the call returns, and no lock is
+ * needed. Only while a transaction is open (another fiber's, or the caller's own) does it wait
+ * for the lock or join that transaction, as a single statement (`query`) does.
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection as SqlConnection } from "@effect/sql/SqlConnection"
@@ -11,8 +18,12 @@ import { SqlError } from "@effect/sql/SqlError"
 import * as Statement from "@effect/sql/Statement"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import Database from "better-sqlite3"
-import { Context, Effect, Exit, Option, Scope } from "effect"
+
+type Db = InstanceType<typeof Database>
+import { Context, Effect, Either, Exit, Option, Scope } from "effect"
 import type { Fiber } from "effect"
+import { drive, runSync } from "./Program.js"
+import type { ErrorOf, Step } from "./Program.js"
 import { bindValues, onConnection, textOf } from "./Tx.js"
 import type { Query, Value } from "./Tx.js"
 
@@ -22,6 +33,13 @@ export interface DirectService {
   readonly query: Query
   /** `body` in a transaction: BEGIN, COMMIT on success, ROLLBACK on any failure, defect or interruption. */
   readonly transaction: <A, E, R>(body: (q: Query) => Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
+  /**
+   * A fresh `program()` (`Program.ts`), in a transaction when `transaction` is set (BEGIN,
+   * COMMIT on success, ROLLBACK on its failure or a defect): in one synchronous call when no
+   * transaction is open on the connection, else after that transaction ends (or inside it, as a
+   * savepoint, when it is the calling fiber's client transaction).
+   */
+  readonly run: <Y extends Step, A>(program: () => Generator<Y, A, any>, transaction: boolean) => Effect.Effect<A, ErrorOf<Y> | SqlError>
 }
 
 export class Direct extends Context.Tag("cursor-byok/store/Direct")<Direct, DirectService>() {}
@@ -38,51 +56,7 @@ export const open = (filename: string) =>
     yield* Scope.addFinalizer(scope, Effect.sync(() => db.close()))
     if (filename !== ":memory:") db.pragma("journal_mode = WAL")
 
-    // Prepared once per text; the Store's texts are a fixed set, the client's few more.
-    const prepared = new Map<string, Database.Statement>()
-    const prepare = (sql: string): Database.Statement => {
-      let statement = prepared.get(sql)
-      if (statement === undefined) {
-        statement = db.prepare(sql)
-        if (prepared.size >= PREPARED_LIMIT) prepared.delete(prepared.keys().next().value!)
-        prepared.set(sql, statement)
-      }
-      return statement
-    }
-    /** A statement's rows (none for one that returns none), as `@effect/sql-sqlite-node` gives them. */
-    const rowsOf = (statement: Database.Statement, params: ReadonlyArray<unknown>): ReadonlyArray<any> => {
-      if (statement.reader) return statement.all(...params)
-      statement.run(...params)
-      return []
-    }
-    const execute = (sql: string, params: ReadonlyArray<unknown>) =>
-      Effect.try({ try: () => rowsOf(prepare(sql), params), catch: (cause) => failed(cause) })
-
-    const connection: SqlConnection = {
-      execute: (sql, params, transformRows) =>
-        transformRows === undefined ? execute(sql, params) : Effect.map(execute(sql, params), transformRows),
-      executeRaw: (sql, params) =>
-        Effect.try({ try: () => prepare(sql).run(...params), catch: (cause) => failed(cause) }),
-      executeValues: (sql, params) =>
-        Effect.try({
-          try: () => {
-            const statement = prepare(sql)
-            if (!statement.reader) return rowsOf(statement, params)
-            try {
-              return statement.raw(true).all(...params) as ReadonlyArray<ReadonlyArray<unknown>>
-            } finally {
-              statement.raw(false)
-            }
-          },
-          catch: (cause) => failed(cause)
-        }),
-      executeUnprepared: (sql, params, transformRows) => {
-        const rows = Effect.try({ try: () => rowsOf(db.prepare(sql), params), catch: (cause) => failed(cause) })
-        return transformRows === undefined ? rows : Effect.map(rows, transformRows)
-      },
-      executeStream: () => Effect.dieMessage("executeStream not implemented") as never
-    }
-
+    const { connection, execute, executeNow } = statementsOf(db)
     const lock = yield* Effect.makeSemaphore(1)
     const client = yield* SqlClient.make({
       acquirer: lock.withPermits(1)(Effect.succeed(connection)),
@@ -112,9 +86,7 @@ export const open = (filename: string) =>
     const inClientTransaction = (fiber: Fiber.RuntimeFiber<unknown, unknown>) =>
       Option.isSome(Context.getOption(fiber.currentContext, SqlClient.TransactionConnection))
 
-    const begin = db.prepare("BEGIN")
-    const commit = db.prepare("COMMIT")
-    const rollback = db.prepare("ROLLBACK")
+    const { begin, commit, rollBack, runNow } = transactionsOf(db, executeNow)
 
     /** The fiber whose `Direct` transaction is open (it holds the lock), if any. */
     let holder: unknown
@@ -129,16 +101,6 @@ export const open = (filename: string) =>
         // Another fiber's transaction: after it ends.
         return lock.withPermits(1)(statement)
       })
-
-    /** Rolls back what is still open; false when that fails too. */
-    const rollBack = (): boolean => {
-      try {
-        if (db.inTransaction) rollback.run()
-        return true
-      } catch {
-        return false
-      }
-    }
 
     const transaction = <A, E, R>(body: (q: Query) => Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
       Effect.withFiberRuntime((fiber) => {
@@ -171,8 +133,134 @@ export const open = (filename: string) =>
         ))
       })
 
-    return { client: sqlite, direct: Direct.of({ query, transaction }) }
+    const run = <Y extends Step, A>(program: () => Generator<Y, A, any>, transactional: boolean): Effect.Effect<A, ErrorOf<Y> | SqlError> =>
+      Effect.withFiberRuntime((fiber) => {
+        // No transaction open: the whole program now; nothing can come between its statements.
+        if (!db.inTransaction) return runNow(program, transactional)
+        if (holder === fiber) {
+          return transactional ? Effect.dieMessage("Store: a transaction inside a transaction of the same fiber") : runNow(program, false)
+        }
+        // Inside the client's transaction: its statements there, as `query` and `transaction` run them.
+        if (inClientTransaction(fiber)) {
+          return transactional ? client.withTransaction(drive(program, query)) : drive(program, query)
+        }
+        // Another fiber's transaction: after it ends (its permit released, no transaction is open).
+        return lock.withPermits(1)(Effect.suspend(() => runNow(program, transactional)))
+      })
+
+    return { client: sqlite, direct: Direct.of({ query, transaction, run }) }
   })
+
+/** The connection's statements, prepared once per text: as `@effect/sql`'s `SqlConnection`, and at once. */
+const statementsOf = (db: Db) => {
+  // Prepared once per text; the Store's texts are a fixed set, the client's few more.
+  const prepared = new Map<string, Database.Statement>()
+  const prepare = (sql: string): Database.Statement => {
+    let statement = prepared.get(sql)
+    if (statement === undefined) {
+      statement = db.prepare(sql)
+      if (prepared.size >= PREPARED_LIMIT) prepared.delete(prepared.keys().next().value!)
+      prepared.set(sql, statement)
+    }
+    return statement
+  }
+  /** A statement's rows (none for one that returns none), as `@effect/sql-sqlite-node` gives them. */
+  const rowsOf = (statement: Database.Statement, params: ReadonlyArray<unknown>): ReadonlyArray<any> => {
+    if (statement.reader) return statement.all(...params)
+    statement.run(...params)
+    return []
+  }
+  const execute = (sql: string, params: ReadonlyArray<unknown>) =>
+    Effect.try({ try: () => rowsOf(prepare(sql), params), catch: (cause) => failed(cause) })
+  /** `execute` at once: the rows, or a thrown `SqlError`. */
+  const executeNow = (sql: string, params: ReadonlyArray<unknown>): ReadonlyArray<any> => {
+    try {
+      return rowsOf(prepare(sql), params)
+    } catch (cause) {
+      throw failed(cause)
+    }
+  }
+
+  const connection: SqlConnection = {
+    execute: (sql, params, transformRows) =>
+      transformRows === undefined ? execute(sql, params) : Effect.map(execute(sql, params), transformRows),
+    executeRaw: (sql, params) =>
+      Effect.try({ try: () => prepare(sql).run(...params), catch: (cause) => failed(cause) }),
+    executeValues: (sql, params) =>
+      Effect.try({
+        try: () => {
+          const statement = prepare(sql)
+          if (!statement.reader) return rowsOf(statement, params)
+          try {
+            return statement.raw(true).all(...params) as ReadonlyArray<ReadonlyArray<unknown>>
+          } finally {
+            statement.raw(false)
+          }
+        },
+        catch: (cause) => failed(cause)
+      }),
+    executeUnprepared: (sql, params, transformRows) => {
+      const rows = Effect.try({ try: () => rowsOf(db.prepare(sql), params), catch: (cause) => failed(cause) })
+      return transformRows === undefined ? rows : Effect.map(rows, transformRows)
+    },
+    executeStream: () => Effect.dieMessage("executeStream not implemented") as never
+  }
+
+  return { connection, execute, executeNow }
+}
+
+/** BEGIN, COMMIT and ROLLBACK on the connection, and a store program run whole in one synchronous call. */
+const transactionsOf = (db: Db, executeNow: (sql: string, params: ReadonlyArray<unknown>) => ReadonlyArray<any>) => {
+  const begin = db.prepare("BEGIN")
+  const commit = db.prepare("COMMIT")
+  const rollback = db.prepare("ROLLBACK")
+  /** Rolls back what is still open; false when that fails too. */
+  const rollBack = (): boolean => {
+    try {
+      if (db.inTransaction) rollback.run()
+      return true
+    } catch {
+      return false
+    }
+  }
+
+  /**
+   * `program` now, to its end, in this one synchronous call (BEGIN to COMMIT when
+   * `transactional`): the caller has made sure no other transaction is open on the connection.
+   */
+  const runNow = <Y extends Step, A>(program: () => Generator<Y, A, any>, transactional: boolean): Exit.Exit<A, ErrorOf<Y> | SqlError> => {
+    if (transactional) {
+      try {
+        begin.run()
+      } catch (cause) {
+        return Exit.fail(failed(cause, "Failed to begin a transaction"))
+      }
+    }
+    let result: Either.Either<A, ErrorOf<Y>>
+    try {
+      result = runSync(program(), executeNow)
+    } catch (cause) {
+      // A refused statement fails; anything else the program threw is a defect, as in an Effect.
+      if (transactional) rollBack()
+      return cause instanceof SqlError ? Exit.fail(cause) : Exit.die(cause)
+    }
+    if (Either.isLeft(result)) {
+      // A failed program keeps its own failure, whatever the rollback does.
+      if (transactional) rollBack()
+      return Exit.fail(result.left)
+    }
+    if (transactional) {
+      try {
+        commit.run()
+      } catch (cause) {
+        return Exit.fail(failed(cause, rollBack() ? "Failed to commit a transaction" : "Failed to commit a transaction, and to roll it back"))
+      }
+    }
+    return Exit.succeed(result.right)
+  }
+
+  return { begin, commit, rollBack, runNow }
+}
 
 /** `open` as a layer's context: `SqliteClient`, `SqlClient` and `Direct` on one connection. */
 export const context = (filename: string) =>

@@ -6,7 +6,7 @@ import type * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Effect } from "effect"
 import { systemPromptHash, toolsHash } from "../Llm.js"
-import type { Query } from "./Tx.js"
+import type { ErrorOf, Step } from "./Program.js"
 import type { ToolDefinition } from "../Llm.js"
 import { StoreError } from "./Model.js"
 
@@ -48,12 +48,19 @@ export const storeError = (operation: string) => (error: SqlError) =>
 
 /** The explicit environment of the Store's statements, built once by `SqlStore.make`. */
 export interface StoreEnv {
-  /** The client, for the statements that need its template's fragments (`sql.in`, nested parts). */
+  /** The client, for the statements that need its template's fragments (`sql.in`, nested parts) and the console's reads. */
   readonly sql: SqlClient.SqlClient
-  /** A statement outside any transaction. */
-  readonly query: Query
-  /** `body` in a transaction (BEGIN, COMMIT on success, ROLLBACK on any failure). */
-  readonly transaction: <A, E, R>(body: (q: Query) => Effect.Effect<A, E, R>) => Effect.Effect<A, E | SqlError, R>
+  /**
+   * A fresh `program()` (`Program.ts`), its `SqlError` as the `StoreError` of `operation`; in a
+   * transaction (BEGIN, COMMIT on success, ROLLBACK on any failure) when `transaction` is set.
+   * On the server's connection, in one synchronous call (`Connection.ts`, `Direct.run`); on any
+   * other `SqlClient`, statement by statement (`Program.drive`).
+   */
+  readonly run: <Y extends Step, A>(
+    operation: string,
+    program: () => Generator<Y, A, any>,
+    transaction: boolean
+  ) => Effect.Effect<A, ErrorOf<Y> | StoreError>
   readonly partHashes: ReturnType<typeof makePartHashes>
   /**
    * Part hashes known to be stored. Parts are immutable and never deleted, so a hash seen in a

@@ -11,24 +11,34 @@ import type { RequestMessages } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 import { storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
-import type { Query } from "./Tx.js"
 import { CorruptRow, InvalidCommit, NotFound, RequestHashMismatch } from "./Model.js"
-import type { CallTiming, ConversationCosts, LlmCallDetails, LlmCallStatus, LlmCallUpdate, LoadedLlmCall, PlannedLlmCall } from "./Model.js"
+import type {
+  CallTiming,
+  ConversationCosts,
+  LlmCallDetails,
+  LlmCallStatus,
+  LlmCallUpdate,
+  LoadedLlmCall,
+  PlannedLlmCall,
+  StoreError
+} from "./Model.js"
+import { fail, q } from "./Program.js"
+import type { Program } from "./Program.js"
 import { decodeHistory, decodeJson, decodeTools, toCallRecord } from "./Rows.js"
 
 const decodeMessages = Schema.decodeUnknownEither(Schema.Array(Message))
 import type { LlmCallRow, MessageRow } from "./Rows.js"
 
-/** Checks a planned call against the state it is committed with, before any write. */
-export const checkLlmCall = (conversationId: string, next: ConversationState, call: PlannedLlmCall) => {
-  const invalid = (reason: string) => Effect.fail(new InvalidCommit({ conversationId, reason }))
+/** What is wrong with a planned call, checked against the state it is committed with before any write; undefined when nothing. */
+export const checkLlmCall = (conversationId: string, next: ConversationState, call: PlannedLlmCall): InvalidCommit | undefined => {
+  const invalid = (reason: string) => new InvalidCommit({ conversationId, reason })
   if (call.conversationId !== conversationId) return invalid(`model call ${call.callId} belongs to ${call.conversationId}`)
   const count = call.request.messages.length
   if (call.detached) {
     // Not a prefix of the history (a summary call): its messages prove their hash themselves.
     if (messagesHash(call.request.messages) !== call.messagesHash) return invalid(`model call ${call.callId}: messagesHash does not match its messages`)
     const expected = requestHash(call.model, call.request, call.messagesHash, count)
-    return expected === call.requestHash ? Effect.void : invalid(`model call ${call.callId}: requestHash does not match its request`)
+    return expected === call.requestHash ? undefined : invalid(`model call ${call.callId}: requestHash does not match its request`)
   }
   if (call.segmentStart !== next.segment.start) {
     return invalid(`model call ${call.callId} names segment ${call.segmentStart}; the state's starts at ${next.segment.start}`)
@@ -41,59 +51,65 @@ export const checkLlmCall = (conversationId: string, next: ConversationState, ca
   if (prefixHash !== call.messagesHash) return invalid(`model call ${call.callId}: messagesHash does not match its messages`)
   const expected = requestHash(call.model, call.request, call.messagesHash, count)
   if (expected !== call.requestHash) return invalid(`model call ${call.callId}: requestHash does not match its request`)
-  return Effect.void
+  return undefined
 }
 
-export const insertPart = (q: Query, hash: string, body: string) =>
-  q`INSERT INTO request_parts (hash, body) VALUES (${hash}, ${body}) ON CONFLICT (hash) DO NOTHING`
+export const insertPart = function*(hash: string, body: string): Program<void> {
+  yield* q`INSERT INTO request_parts (hash, body) VALUES (${hash}, ${body}) ON CONFLICT (hash) DO NOTHING`
+}
 
 /** The stored text of the named request parts (those stored; a missing one is the caller's to report). */
-export const readParts = (sql: StoreEnv["sql"], names: ReadonlyArray<string>) =>
-  sql<{ hash: string; body: string }>`SELECT hash, body FROM request_parts WHERE ${sql.in("hash", names)}`
+export const readParts = function*(names: ReadonlyArray<string>): Program<Array<{ readonly hash: string; readonly body: string }>> {
+  const parts: Array<{ readonly hash: string; readonly body: string }> = []
+  for (const name of names) {
+    const rows = yield* q<{ hash: string; body: string }>`SELECT hash, body FROM request_parts WHERE hash = ${name}`
+    if (rows[0] !== undefined) parts.push(rows[0])
+  }
+  return parts
+}
 
 /** Inserts a planned call; the same call id planned again must name the same request. Returns the parts it wrote. */
-export const insertLlmCall = (env: StoreEnv, q: Query, call: PlannedLlmCall, now: number) =>
-  Effect.gen(function*() {
-    const { partHashes, storedParts } = env
-    const promptHash = partHashes.prompt(call.request.systemPrompt)
-    const listHash = partHashes.tools(call.request.tools)
-    if (!storedParts.has(promptHash)) yield* insertPart(q, promptHash, canonicalJson(call.request.systemPrompt))
-    if (!storedParts.has(listHash)) yield* insertPart(q, listHash, canonicalJson(call.request.tools))
-    const written = [promptHash, listHash]
-    let messagesPart: string | null = null
-    if (call.detached) {
-      // Content-addressed by the messages' own hash chain (already checked against them).
-      messagesPart = `messages:${call.messagesHash}`
-      if (!storedParts.has(messagesPart)) yield* insertPart(q, messagesPart, canonicalJson(call.request.messages))
-      written.push(messagesPart)
-    }
-    const inserted = yield* q<{ call_id: string }>`
-      INSERT INTO llm_calls (call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash,
-        message_count, messages_hash, request_hash, status, created_at_ms, updated_at_ms, segment_start, messages_part_hash)
-      VALUES (${call.callId}, ${call.conversationId}, ${call.turnId}, ${call.model}, ${promptHash}, ${listHash},
-        ${call.request.messages.length}, ${call.messagesHash}, ${call.requestHash}, 'planned', ${now}, ${now},
-        ${call.segmentStart}, ${messagesPart})
-      ON CONFLICT (call_id) DO NOTHING
-      RETURNING call_id`
-    if (inserted.length > 0) return written
-    const existing = yield* q<{ request_hash: string }>`SELECT request_hash FROM llm_calls WHERE call_id = ${call.callId}`
-    if (existing[0]?.request_hash !== call.requestHash) {
-      return yield* new InvalidCommit({
-        conversationId: call.conversationId,
-        reason: `model call ${call.callId} was saved before with another request`
-      })
-    }
-    return written
-  })
+export const insertLlmCall = function*(env: StoreEnv, call: PlannedLlmCall, now: number): Program<Array<string>, InvalidCommit> {
+  const { partHashes, storedParts } = env
+  const promptHash = partHashes.prompt(call.request.systemPrompt)
+  const listHash = partHashes.tools(call.request.tools)
+  if (!storedParts.has(promptHash)) yield* insertPart(promptHash, canonicalJson(call.request.systemPrompt))
+  if (!storedParts.has(listHash)) yield* insertPart(listHash, canonicalJson(call.request.tools))
+  const written = [promptHash, listHash]
+  let messagesPart: string | null = null
+  if (call.detached) {
+    // Content-addressed by the messages' own hash chain (already checked against them).
+    messagesPart = `messages:${call.messagesHash}`
+    if (!storedParts.has(messagesPart)) yield* insertPart(messagesPart, canonicalJson(call.request.messages))
+    written.push(messagesPart)
+  }
+  const inserted = yield* q<{ call_id: string }>`
+    INSERT INTO llm_calls (call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash,
+      message_count, messages_hash, request_hash, status, created_at_ms, updated_at_ms, segment_start, messages_part_hash)
+    VALUES (${call.callId}, ${call.conversationId}, ${call.turnId}, ${call.model}, ${promptHash}, ${listHash},
+      ${call.request.messages.length}, ${call.messagesHash}, ${call.requestHash}, 'planned', ${now}, ${now},
+      ${call.segmentStart}, ${messagesPart})
+    ON CONFLICT (call_id) DO NOTHING
+    RETURNING call_id`
+  if (inserted.length > 0) return written
+  const existing = yield* q<{ request_hash: string }>`SELECT request_hash FROM llm_calls WHERE call_id = ${call.callId}`
+  if (existing[0]?.request_hash !== call.requestHash) {
+    return yield* fail(new InvalidCommit({
+      conversationId: call.conversationId,
+      reason: `model call ${call.callId} was saved before with another request`
+    }))
+  }
+  return written
+}
 
-export const rememberParts = ({ storedParts }: StoreEnv, parts: ReadonlyArray<string>) =>
-  Effect.sync(() => {
-    if (storedParts.size >= 4096) storedParts.clear()
-    for (const part of parts) storedParts.add(part)
-  })
+/** Marks `parts` as stored: call it once their transaction has committed. */
+export const rememberParts = ({ storedParts }: StoreEnv, parts: ReadonlyArray<string>): void => {
+  if (storedParts.size >= 4096) storedParts.clear()
+  for (const part of parts) storedParts.add(part)
+}
 
-export const updateLlmCall = (q: Query, update: LlmCallUpdate, now: number) =>
-  q<{ call_id: string }>`
+export const updateLlmCall = function*(update: LlmCallUpdate, now: number): Program<ReadonlyArray<{ call_id: string }>> {
+  return yield* q<{ call_id: string }>`
     UPDATE llm_calls SET
       status = ${update.status},
       assistant_hash = COALESCE(${update.assistantHash ?? null}, assistant_hash),
@@ -104,52 +120,48 @@ export const updateLlmCall = (q: Query, update: LlmCallUpdate, now: number) =>
       updated_at_ms = ${now}
     WHERE call_id = ${update.callId}
     RETURNING call_id`
+}
 
 export const saveLlmCall = (env: StoreEnv) => Effect.fn("Store.saveLlmCall")(function*(call: PlannedLlmCall) {
   const invalid = (reason: string) => new InvalidCommit({ conversationId: call.conversationId, reason })
   const expected = requestHash(call.model, call.request, call.messagesHash, call.request.messages.length)
   if (expected !== call.requestHash) return yield* invalid(`model call ${call.callId}: requestHash does not match its request`)
   const now = yield* Clock.currentTimeMillis
-  const transaction = (q: Query) => Effect.gen(function*() {
+  const statements = function*(): Program<Array<string>, InvalidCommit> {
     const rows = yield* q<{ message_count: number }>`
       SELECT message_count FROM conversations WHERE conversation_id = ${call.conversationId}`
     const stored = rows[0]
-    if (stored === undefined) return yield* invalid(`conversation ${call.conversationId} does not exist`)
+    if (stored === undefined) return yield* fail(invalid(`conversation ${call.conversationId} does not exist`))
     if (!call.detached && stored.message_count < call.segmentStart + call.request.messages.length) {
-      return yield* invalid(`model call ${call.callId} sends messages that are not stored`)
+      return yield* fail(invalid(`model call ${call.callId} sends messages that are not stored`))
     }
-    return yield* insertLlmCall(env, q, call, now)
-  })
-  const parts = yield* env.transaction(transaction).pipe(
-    Effect.catchTag("SqlError", (e) => Effect.fail(storeError("saveLlmCall")(e)))
-  )
-  yield* rememberParts(env, parts)
+    return yield* insertLlmCall(env, call, now)
+  }
+  const parts = yield* env.run("saveLlmCall", statements, true)
+  rememberParts(env, parts)
 })
 
-export const markLlmCall = (env: StoreEnv) => Effect.fn("Store.markLlmCall")(
-  function*(callId: string, status: LlmCallStatus, details?: LlmCallDetails) {
-    const now = yield* Clock.currentTimeMillis
-    const updated = yield* updateLlmCall(env.query, { ...details, callId, status }, now).pipe(
-      Effect.catchTag("SqlError", (e) => Effect.fail(storeError("markLlmCall")(e)))
-    )
-    if (updated.length === 0) return yield* new NotFound({ entity: "llmCall", id: callId })
-  }
-)
+const markStatements = function*(callId: string, status: LlmCallStatus, details: LlmCallDetails | undefined, now: number): Program<void, NotFound> {
+  const updated = yield* updateLlmCall({ ...details, callId, status }, now)
+  if (updated.length === 0) return yield* fail(new NotFound({ entity: "llmCall", id: callId }))
+}
+
+export const markLlmCall = (env: StoreEnv) => (callId: string, status: LlmCallStatus, details?: LlmCallDetails): Effect.Effect<void, NotFound | StoreError> =>
+  Effect.flatMap(Clock.currentTimeMillis, (now) => env.run("markLlmCall", () => markStatements(callId, status, details, now), false))
+
+const timingStatements = function*(callId: string, timing: CallTiming): Program<void> {
+  yield* q`
+    UPDATE llm_calls SET first_delta_ms = ${timing.firstDeltaMs}, attempts = ${timing.attempts}
+    WHERE call_id = ${callId}`
+}
 
 /**
  * What the console reads about a call's stream (time to its first delta, attempts), recorded
  * when the first delta arrives. Never touches the status, so it cannot undo a commit or a cancel
  * that raced it; like the stream diagnostics it is not a commit point.
  */
-export const recordCallTiming = ({ query }: StoreEnv) => Effect.fn("Store.recordCallTiming")(
-  function*(callId: string, timing: CallTiming) {
-    yield* query`
-      UPDATE llm_calls SET first_delta_ms = ${timing.firstDeltaMs}, attempts = ${timing.attempts}
-      WHERE call_id = ${callId}`.pipe(
-      Effect.catchTag("SqlError", (e) => Effect.fail(storeError("recordCallTiming")(e)))
-    )
-  }
-)
+export const recordCallTiming = (env: StoreEnv) => (callId: string, timing: CallTiming): Effect.Effect<void, StoreError> =>
+  env.run("recordCallTiming", () => timingStatements(callId, timing), false)
 
 export const costs = ({ sql }: StoreEnv) => Effect.fn("Store.costs")(function*(conversationId: string) {
   const rows = yield* sql<{ turn_id: string; usd: number | null; calls: number; priced: number }>`
@@ -169,25 +181,25 @@ export const costs = ({ sql }: StoreEnv) => Effect.fn("Store.costs")(function*(c
   return result
 })
 
-export const loadLlmCall = ({ sql }: StoreEnv) => Effect.fn("Store.loadLlmCall")(function*(callId: string) {
-  const read = Effect.gen(function*() {
-    const rows = yield* sql<LlmCallRow & { readonly segment_start: number; readonly messages_part_hash: string | null }>`
-      SELECT call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash, message_count,
-        messages_hash, request_hash, status, assistant_hash, usage_json, error, segment_start, messages_part_hash
-      FROM llm_calls WHERE call_id = ${callId}`
-    const row = rows[0]
-    if (row === undefined) return Option.none()
-    const partNames = [row.system_prompt_hash, row.tools_hash, ...(row.messages_part_hash === null ? [] : [row.messages_part_hash])]
-    const parts = yield* readParts(sql, partNames)
-    const messageRows = row.messages_part_hash !== null ? [] : yield* sql<MessageRow>`
-      SELECT seq, message_json, hash FROM messages
-      WHERE conversation_id = ${row.conversation_id} AND seq >= ${row.segment_start}
-        AND seq < ${row.segment_start + row.message_count} ORDER BY seq`
-    return Option.some({ row, parts, messageRows })
-  })
-  const found = yield* sql.withTransaction(read).pipe(
-    Effect.catchTag("SqlError", (e) => Effect.fail(storeError("loadLlmCall")(e)))
-  )
+/** A saved call's row, the parts it names and, unless its messages are a part, the messages it sent. */
+const loadCallStatements = function*(callId: string) {
+  const rows = yield* q<LlmCallRow & { readonly segment_start: number; readonly messages_part_hash: string | null }>`
+    SELECT call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash, message_count,
+      messages_hash, request_hash, status, assistant_hash, usage_json, error, segment_start, messages_part_hash
+    FROM llm_calls WHERE call_id = ${callId}`
+  const row = rows[0]
+  if (row === undefined) return Option.none()
+  const partNames = [row.system_prompt_hash, row.tools_hash, ...(row.messages_part_hash === null ? [] : [row.messages_part_hash])]
+  const parts = yield* readParts(partNames)
+  const messageRows = row.messages_part_hash !== null ? [] : yield* q<MessageRow>`
+    SELECT seq, message_json, hash FROM messages
+    WHERE conversation_id = ${row.conversation_id} AND seq >= ${row.segment_start}
+      AND seq < ${row.segment_start + row.message_count} ORDER BY seq`
+  return Option.some({ row, parts, messageRows })
+}
+
+export const loadLlmCall = (env: StoreEnv) => Effect.fn("Store.loadLlmCall")(function*(callId: string) {
+  const found = yield* env.run("loadLlmCall", () => loadCallStatements(callId), true)
   if (Option.isNone(found)) return Option.none<LoadedLlmCall>()
   const { messageRows, parts, row } = found.value
   const corrupt = (key: string, reason: string) =>

@@ -14,37 +14,51 @@
  * inputs and turn starts), `LlmCalls.ts` (model calls and their request parts, stream
  * diagnostics), `Operations.ts` (client operations) and `Names.ts` (chat names), each a
  * function of an explicit `StoreEnv` (`Env.ts`); the rows and their decoding are in `Rows.ts`.
- * This module builds that environment and assembles the service: its statements and
- * transactions take the direct way (`Connection.ts`) when the connection offers one, else the
- * client's (`Tx.ts`).
+ * This module builds that environment and assembles the service. Each operation's statements
+ * are written once, as a program (`Program.ts`) that `env.run` runs: on the server's SQLite
+ * connection as one synchronous call on its prepared statements (`Connection.ts`, `Direct.run`),
+ * on any other client statement by statement, in the client's transactions (`Tx.ts`). The
+ * reads that need the client's fragments (`sql.in`, optional clauses) and the console's stay
+ * on the client's template.
  */
 import * as SqlClient from "@effect/sql/SqlClient"
-import { Effect, Either, Option } from "effect"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Effect, Either, Option, Predicate } from "effect"
 import { Direct } from "./Connection.js"
 import { commitInput, findHistory, findInputCommit, findSubagentRun, findTurnStarts, load, segments } from "./Conversations.js"
 import { makePartHashes, storeError } from "./Env.js"
 import type { StoreEnv } from "./Env.js"
 import { callsOf, callsSince, conversations } from "./Insights.js"
 import { appendDiagnostic, costs, loadLlmCall, markLlmCall, recordCallTiming, saveLlmCall } from "./LlmCalls.js"
-import type { InFlight, LlmCallRecord, OperationRecord, StoreService } from "./Model.js"
+import type { InFlight, LlmCallRecord, OperationRecord, StoreError, StoreService } from "./Model.js"
 import { conversationName, nameConversation } from "./Names.js"
 import { cancelOperation, completeOperation, loadOperation, markOperationSent, saveOperations } from "./Operations.js"
+import { drive, q } from "./Program.js"
+import type { Program } from "./Program.js"
 import { toCallRecord, toOperationRecord } from "./Rows.js"
 import type { LlmCallRow, OperationRow } from "./Rows.js"
 import * as Tx from "./Tx.js"
-import type { Query } from "./Tx.js"
 
 export { prefixUpperBound } from "./Rows.js"
+
+const isSqlError = (error: unknown): error is SqlError => Predicate.isTagged(error, "SqlError")
+
+/** A statement's failure as the `StoreError` of `operation`; the program's own failures as they are. */
+const asStoreError = <A, E>(operation: string, effect: Effect.Effect<A, E | SqlError>): Effect.Effect<A, Exclude<E, SqlError> | StoreError> =>
+  Effect.catchIf(effect, isSqlError, (error) => Effect.fail(storeError(operation)(error)))
 
 /** The Store on any `SqlClient` whose database holds the tables of `migrations.ts`. */
 export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  // On SQLite's own connection (`Connection.ts`) the Store's statements take the direct way; on any other client, the client's.
+  // On SQLite's own connection (`Connection.ts`) each operation is one synchronous call; on any other client, statement by statement.
   const direct = yield* Effect.serviceOption(Direct)
+  const run: StoreEnv["run"] = Option.isSome(direct)
+    ? (operation, program, transaction) => asStoreError(operation, direct.value.run(program, transaction))
+    : (operation, program, transaction) =>
+      asStoreError(operation, transaction ? Tx.transaction(sql, (query) => drive(program, query)) : drive(program, sql))
   const env: StoreEnv = {
     sql,
-    query: Option.isSome(direct) ? direct.value.query : sql,
-    transaction: Option.isSome(direct) ? direct.value.transaction : (body) => Tx.transaction(sql, body),
+    run,
     partHashes: makePartHashes(),
     storedParts: new Set<string>()
   }
@@ -76,21 +90,20 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
   } satisfies StoreService
 })
 
-const listInFlight = ({ transaction }: StoreEnv) => Effect.fn("Store.listInFlight")(function*() {
-  const read = (q: Query) => Effect.gen(function*() {
-    const calls = yield* q<LlmCallRow>`
-      SELECT call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash, message_count,
-        messages_hash, request_hash, status, assistant_hash, usage_json, error
-      FROM llm_calls WHERE status IN ('planned', 'streaming') ORDER BY created_at_ms, call_id`
-    const operations = yield* q<OperationRow>`
-      SELECT operation_id, conversation_id, turn_id, tool_call_id, tool_index, kind, idempotent, request_json,
-        result_json, status
-      FROM client_operations WHERE status IN ('planned', 'sent') ORDER BY created_at_ms, operation_id`
-    return { calls, operations }
-  })
-  const { calls, operations } = yield* transaction(read).pipe(
-    Effect.catchTag("SqlError", (e) => Effect.fail(storeError("listInFlight")(e)))
-  )
+const inFlightStatements = function*(): Program<{ calls: ReadonlyArray<LlmCallRow>; operations: ReadonlyArray<OperationRow> }> {
+  const calls = yield* q<LlmCallRow>`
+    SELECT call_id, conversation_id, turn_id, model, system_prompt_hash, tools_hash, message_count,
+      messages_hash, request_hash, status, assistant_hash, usage_json, error
+    FROM llm_calls WHERE status IN ('planned', 'streaming') ORDER BY created_at_ms, call_id`
+  const operations = yield* q<OperationRow>`
+    SELECT operation_id, conversation_id, turn_id, tool_call_id, tool_index, kind, idempotent, request_json,
+      result_json, status
+    FROM client_operations WHERE status IN ('planned', 'sent') ORDER BY created_at_ms, operation_id`
+  return { calls, operations }
+}
+
+const listInFlight = (env: StoreEnv) => Effect.fn("Store.listInFlight")(function*() {
+  const { calls, operations } = yield* env.run("listInFlight", inFlightStatements, true)
   const llmCalls: Array<LlmCallRecord> = []
   for (const row of calls) {
     const record = toCallRecord(row)

@@ -13,7 +13,7 @@
  *
  * Rows written before hold the lists inline, and still decode as they are.
  */
-import { Effect, Either, ParseResult, Schema } from "effect"
+import { Either, ParseResult, Schema } from "effect"
 import { jsonKeyOf, recentMap } from "../internal/JsonKey.js"
 import { canonicalJson } from "../Llm.js"
 import { ConversationState, TurnMcpTool, TurnRule, TurnSettings } from "../Loop.js"
@@ -130,8 +130,8 @@ export const resolveSettings = (
   conversationId: string,
   settings: SettingsWithParts | TurnSettings,
   bodies: ReadonlyMap<string, string>
-): Effect.Effect<TurnSettings, CorruptRow> => {
-  if (!namesParts(settings)) return Effect.succeed(settings)
+): Either.Either<TurnSettings, CorruptRow> => {
+  if (!namesParts(settings)) return Either.right(settings)
   const { mcpToolsPart, rulesPart, ...rest } = settings
   const read = <A>(hash: string, decode: (u: unknown) => Either.Either<A, ParseResult.ParseError>) => {
     const corrupt = (reason: string) => new CorruptRow({ conversationId, table: "request_parts", seq: null, key: hash, reason })
@@ -143,13 +143,13 @@ export const resolveSettings = (
   const resolved: { -readonly [K in keyof TurnSettings]: TurnSettings[K] } = rest
   if (mcpToolsPart !== undefined) {
     const mcpTools = read(mcpToolsPart, decodeMcpTools)
-    if (Either.isLeft(mcpTools)) return Effect.fail(mcpTools.left)
+    if (Either.isLeft(mcpTools)) return Either.left(mcpTools.left)
     resolved.mcpTools = mcpTools.right
   }
   if (rulesPart !== undefined) {
     const rules = read(rulesPart, decodeRules)
-    if (Either.isLeft(rules)) return Effect.fail(rules.left)
+    if (Either.isLeft(rules)) return Either.left(rules.left)
     resolved.rules = rules.right
   }
-  return Effect.succeed(resolved)
+  return Either.right(resolved)
 }

@@ -13,11 +13,11 @@
  * strings are the same array at every call), so each statement is prepared once and found in
  * the client's cache of prepared statements by its text. Its values are bound as they are
  * (`undefined` as NULL, as the template binds it); only plain values are allowed, no fragments.
- * Outside a transaction the client itself is a `Query`: the helpers that run in and out of
- * transactions take whichever they are given. This is the Store's way on any `SqlClient`; on
- * the server's own SQLite connection its statements take the direct way of `Connection.ts`
- * (same texts, same `Query`), but for the reads that need the client's fragments (`sql.in`: a
- * model call's parts) and the console's, which stay on the template.
+ * Outside a transaction the client itself is a `Query`. This is how the Store's programs
+ * (`Program.drive`) run on any `SqlClient`; on the server's own SQLite connection the same
+ * programs run in one synchronous call on its prepared statements (`Connection.ts`, same texts),
+ * but for the reads that need the client's fragments and the console's, which stay on the
+ * template.
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
