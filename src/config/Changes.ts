@@ -6,7 +6,7 @@
  * values of the restart-only keys and takes everything else.
  */
 import { Redacted } from "effect"
-import type { ServerConfig } from "../Config.js"
+import type { ServerConfig } from "./File.js"
 
 /** Keys read once, when the listeners, the store and the CA are made: a change waits for a restart. */
 export const restartOnly = ["host", "port", "database", "http2", "proxy", "home"] as const satisfies ReadonlyArray<keyof ServerConfig>

@@ -14,8 +14,8 @@
  */
 import * as FileSystem from "@effect/platform/FileSystem"
 import { Context, Data, Effect, Layer, Metric, Stream, SubscriptionRef } from "effect"
-import type { ConfigSource, ServerConfig } from "../Config.js"
-import { ConfigError, loadFrom } from "../Config.js"
+import type { ConfigSource, ServerConfig } from "./File.js"
+import { ConfigError, loadFrom } from "./File.js"
 import * as Secrets from "../internal/Secrets.js"
 import * as Metrics from "../Metrics.js"
 import { applicable, appliesNothing, type Changes, changesBetween, describe } from "./Changes.js"

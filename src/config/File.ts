@@ -1,0 +1,576 @@
+/**
+ * Configuration: an optional JSON file (`BYOK_CONFIG`, default `./byok.config.json` when it
+ * exists) validated with Schema, then environment overrides (`BYOK_HOST`, `BYOK_PORT`,
+ * `BYOK_DB`). Provider keys are read from the environment variable each provider names and
+ * stay `Redacted`: they never reach a log, the database or the client. With no providers
+ * configured, the well-known key variables (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`,
+ * `GEMINI_API_KEY`, `DEEPSEEK_API_KEY`) yield a default catalogue. `Config.ts` is its facade.
+ */
+import * as FileSystem from "@effect/platform/FileSystem"
+import { Config, Effect, Option, Redacted, Schema } from "effect"
+import { homedir } from "node:os"
+import { join } from "node:path"
+import { isLoopback, parseNoProxy } from "./Hosts.js"
+import { issueLines, jsonPosition } from "./Issues.js"
+import { catalogue } from "./Catalogue.js"
+import * as FaultInjection from "../FaultInjection.js"
+import { ApiKind, ModelConfig, RetryConfig, routingProblem } from "../llm/Router.js"
+import type { ProviderConfig, RouterConfig } from "../llm/Router.js"
+
+export { isLoopback, parseNoProxy } from "./Hosts.js"
+
+/** The shortest token the server takes (from the file or `BYOK_CONSOLE_TOKEN`). */
+const MIN_TOKEN_LENGTH = 16
+
+// =============================================================================
+// The file
+// =============================================================================
+
+export const ProviderEntry = Schema.Struct({
+  id: Schema.String,
+  api: ApiKind,
+  baseUrl: Schema.String,
+  /** The environment variable holding the key; omit for servers that need none (local vLLM, Ollama). */
+  apiKeyEnv: Schema.optional(Schema.String),
+  headers: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.String }), { default: () => ({}) }),
+  /** Names of `headers` (any case) whose values are secrets: kept out of logs, the store and the client like the key. */
+  secretHeaders: Schema.optional(Schema.Array(Schema.String)),
+  extraBody: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) }),
+  compat: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) })
+}).pipe(Schema.filter((provider) => {
+  const names = Object.keys(provider.headers).map((name) => name.toLowerCase())
+  const missing = (provider.secretHeaders ?? []).find((name) => !names.includes(name.toLowerCase()))
+  return missing === undefined || { path: ["secretHeaders"], message: `names header ${JSON.stringify(missing)}, which is not one of this provider's headers` }
+}))
+export type ProviderEntry = typeof ProviderEntry.Type
+
+export const ModelEntry = Schema.Struct({
+  ...ModelConfig.fields,
+  /** The name Cursor shows; defaults to the id. */
+  displayName: Schema.optional(Schema.String),
+  supportsImages: Schema.optionalWith(Schema.Boolean, { default: () => false })
+})
+export type ModelEntry = typeof ModelEntry.Type
+
+const Port = Schema.Int.pipe(Schema.between(0, 65535))
+const Bytes = Schema.Int.pipe(Schema.positive())
+
+/** The web console (`/console`): on a non-loopback host it answers only requests carrying this token. */
+export const ConsoleConfig = Schema.Struct({
+  token: Schema.optional(Schema.String.pipe(Schema.minLength(MIN_TOKEN_LENGTH, { message: () => `a console token of at least ${MIN_TOKEN_LENGTH} characters` })))
+})
+
+/** A host name or `name:port`, as a Host header names it (no scheme, path or user). */
+const HostName = Schema.String.pipe(Schema.pattern(/^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+)(?::\d{1,5})?$/, {
+  message: (issue) => `expected a host name or name:port (no scheme, path or user), got ${JSON.stringify(issue.actual)}`
+}))
+
+export const Limits = Schema.Struct({
+  /** Largest BidiAppend body accepted (after gzip inflation). */
+  bidiAppendBytes: Schema.optionalWith(Bytes, { default: () => 16 * 1024 * 1024 }),
+  /** Largest RunSSE request body accepted. */
+  runSseRequestBytes: Schema.optionalWith(Bytes, { default: () => 64 * 1024 }),
+  /** How far ahead of the next expected seqno a BidiAppend may be held. */
+  appendWindow: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1024 }),
+  /** Open connections one listener keeps; past it a new one is answered 503 and closed. */
+  maxConnections: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 4096 }),
+  /** How long a client has to send a request's headers (from the connection's start, or the previous request's end). */
+  headersTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 20_000 }),
+  /** How long an idle keep-alive connection (HTTP/1.1, or HTTP/2 without streams) is kept open. */
+  idleTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 65_000 }),
+  /** HTTP/2: streams one connection may have open at once (Cursor keeps its turns on one connection). */
+  http2MaxConcurrentStreams: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1000 })
+})
+
+const Share = Schema.Number.pipe(Schema.greaterThan(0), Schema.lessThan(1))
+
+/** When and how a long conversation is compacted (a summary, then the latest messages verbatim). */
+export const CompactionConfig = Schema.Struct({
+  /** Compact before a model call whose estimated prompt passes `threshold` of the model's context window. */
+  auto: Schema.optionalWith(Schema.Boolean, { default: () => true }),
+  /** Share of the context window at which the history is compacted first (the rest is left for the answer). */
+  threshold: Schema.optionalWith(Share, { default: () => 0.8 }),
+  /** Share of the context window the verbatim tail after the summary may take. */
+  tailShare: Schema.optionalWith(Share, { default: () => 0.15 }),
+  /** The summary call's output limit, in tokens. */
+  summaryMaxTokens: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 4096 }),
+  /** After a context-overflow error, tool results longer than this (characters) before the tail are elided for the summary call. */
+  elideToolResultChars: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 2048 })
+})
+
+const HttpUrl = Schema.String.pipe(Schema.filter((text) => {
+  try {
+    const url = new URL(text)
+    return url.protocol === "http:" || url.protocol === "https:"
+  } catch {
+    return false
+  }
+}, { message: (issue) => `expected an http or https URL, got ${JSON.stringify(issue.actual)}` }))
+
+/** Server-side web fetches (the WebFetch tool): limits, and the hosts exempt from the private-address refusal. */
+export const WebFetchConfig = Schema.Struct({
+  /** Offer the WebFetch tool (the user approves each fetch in Cursor). */
+  enabled: Schema.optionalWith(Schema.Boolean, { default: () => true }),
+  /** `host` or `host:port` entries fetched even when they are loopback or private (an intranet's docs); exact matches. */
+  allowHosts: Schema.optionalWith(
+    Schema.Array(Schema.String.pipe(Schema.pattern(/^[^\s/@?#]+$/, { message: (issue) => `expected a host or host:port (no scheme, path or user), got ${JSON.stringify(issue.actual)}` }))),
+    { default: () => [] }
+  ),
+  /** Bytes of a body read at most; the rest of a larger page is not read (it is returned truncated). */
+  maxBytes: Schema.optionalWith(Bytes, { default: () => 2 * 1024 * 1024 }),
+  maxRedirects: Schema.optionalWith(Schema.Int.pipe(Schema.nonNegative()), { default: () => 5 }),
+  /** The Markdown handed to the model is cut here, with a note saying so. */
+  maxMarkdownChars: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 100_000 })
+})
+
+/** The defaults of the backends that take a key. */
+export const searchBackendDefaults = {
+  brave: { apiKeyEnv: "BRAVE_SEARCH_API_KEY", baseUrl: "https://api.search.brave.com" },
+  tavily: { apiKeyEnv: "TAVILY_API_KEY", baseUrl: "https://api.tavily.com" }
+} as const
+
+/**
+ * The search backend of the WebSearch tool (one at most); without one the tool is not offered.
+ * One struct rather than a union per backend, so a mistake reads as one line about one key.
+ */
+export const WebSearchConfig = Schema.Struct({
+  backend: Schema.optionalWith(Schema.Literal("off", "searxng", "brave", "tavily"), { default: () => "off" as const }),
+  /** SearXNG: the instance's URL (its JSON format must be enabled). */
+  url: Schema.optionalWith(HttpUrl, { exact: true }),
+  /** Brave, Tavily: the variable holding the key (BRAVE_SEARCH_API_KEY, TAVILY_API_KEY by default). */
+  apiKeyEnv: Schema.optionalWith(Schema.String, { exact: true }),
+  /** Brave, Tavily: the API's base URL. */
+  baseUrl: Schema.optionalWith(HttpUrl, { exact: true }),
+  maxResults: Schema.optionalWith(Schema.Int.pipe(Schema.between(1, 50)), { default: () => 8 }),
+  /** Characters of each result's snippet kept. */
+  chunkChars: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1000 })
+}).pipe(Schema.filter((search) => {
+  if (search.backend === "searxng" && search.url === undefined) {
+    return { path: ["url"], message: "is missing: the searxng backend needs the URL of a SearXNG instance" }
+  }
+  if (search.backend !== "searxng" && search.url !== undefined) {
+    return { path: ["url"], message: `is for the searxng backend only (backend is "${search.backend}"); brave and tavily take baseUrl` }
+  }
+  for (const key of ["apiKeyEnv", "baseUrl"] as const) {
+    if ((search.backend === "off" || search.backend === "searxng") && search[key] !== undefined) {
+      return { path: [key], message: `is for the brave and tavily backends only (backend is "${search.backend}")` }
+    }
+  }
+  return true
+}))
+
+export const WebFileConfig = Schema.Struct({
+  /** The whole of one fetch (connection, redirects, body) or one search call. */
+  timeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 15_000 }),
+  fetch: Schema.optionalWith(WebFetchConfig, { default: () => Schema.decodeSync(WebFetchConfig)({}) }),
+  search: Schema.optionalWith(WebSearchConfig, { default: () => Schema.decodeSync(WebSearchConfig)({}) })
+})
+
+export const TlsConfig = Schema.Struct({
+  port: Schema.optionalWith(Port, { default: () => 8790 }),
+  /** PEM files: the certificate (chain) and its private key; without them, a loopback leaf from the installation's CA. */
+  certFile: Schema.optional(Schema.String),
+  keyFile: Schema.optional(Schema.String)
+})
+
+export const Http2Config = Schema.Struct({
+  /** Cleartext HTTP/2 with prior knowledge (h2c), for the CLI and tests; null turns it off. */
+  cleartextPort: Schema.optionalWith(Schema.NullOr(Port), { default: () => 8789 }),
+  /** TLS with ALPN h2 (for the IDE, whose HTTP/2 client does not use the proxy); null turns it off. */
+  tls: Schema.optionalWith(Schema.NullOr(TlsConfig), { default: () => Schema.decodeSync(TlsConfig)({}) })
+})
+
+export const ProxyConfig = Schema.Struct({
+  /** The intercepting proxy Cursor's `http.proxy` points at; null turns it off. */
+  port: Schema.optionalWith(Schema.NullOr(Port), { default: () => 8788 }),
+  /** No Cursor account: every Cursor procedure is answered here, the account calls by a local identity. */
+  offline: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+  /** The user's own proxy (`http://[user:pass@]host:port`) for the proxy's outgoing connections; else HTTPS_PROXY. */
+  upstream: Schema.optional(Schema.String),
+  /** Hosts the proxy reaches directly, not through `upstream` (NO_PROXY's syntax); else NO_PROXY. */
+  noProxy: Schema.optional(Schema.String)
+})
+
+export const FileConfig = Schema.Struct({
+  /** Where the CA, its key and the settings journal live (BYOK_HOME); default ~/.cursor-byok. */
+  home: Schema.optional(Schema.String),
+  proxy: Schema.optionalWith(ProxyConfig, { default: () => Schema.decodeSync(ProxyConfig)({}) }),
+  host: Schema.optionalWith(Schema.String, { default: () => "127.0.0.1" }),
+  /** Host names (`name` or `name:port`) requests may be addressed to besides loopback ones (a reverse proxy's name). */
+  allowedHosts: Schema.optionalWith(Schema.Array(HostName), { default: () => [] }),
+  port: Schema.optionalWith(Port, { default: () => 8787 }),
+  database: Schema.optionalWith(Schema.String, { default: () => "./data/byok.sqlite" }),
+  heartbeatMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 5000 }),
+  /** A RunSSE for a request the server has no turn for (e.g. after a restart) is ended after this long. */
+  orphanTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 30_000 }),
+  /**
+   * How long, after turn_ended, the server waits for the client to acknowledge the set_blob
+   * messages of the turn's checkpoint; past it the turn ends without the checkpoint.
+   */
+  blobAckTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 30_000 }),
+  /**
+   * How long a stream stays open after a turn's end for a message the user queued meanwhile
+   * (Cursor sends it on the same request right after turn_ended; it runs as the next turn there).
+   */
+  queuedMessageGraceMs: Schema.optionalWith(Schema.Int.pipe(Schema.nonNegative()), { default: () => 1500 }),
+  /** The HTTP/2 listeners that serve `Run`. */
+  http2: Schema.optionalWith(Http2Config, { default: () => Schema.decodeSync(Http2Config)({}) }),
+  maxLlmCallsPerTurn: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 50 }),
+  limits: Schema.optionalWith(Limits, { default: () => Schema.decodeSync(Limits)({}) }),
+  compaction: Schema.optionalWith(CompactionConfig, { default: () => Schema.decodeSync(CompactionConfig)({}) }),
+  web: Schema.optionalWith(WebFileConfig, { default: () => Schema.decodeSync(WebFileConfig)({}) }),
+  console: Schema.optionalWith(ConsoleConfig, { default: () => ({}) }),
+  retry: Schema.optional(RetryConfig),
+  providers: Schema.optionalWith(Schema.Array(ProviderEntry), { default: () => [] }),
+  models: Schema.optionalWith(Schema.Array(ModelEntry), { default: () => [] }),
+  /** The model Cursor selects by default; defaults to the first model. */
+  defaultModel: Schema.optional(Schema.String),
+  /** The model subagents (the Task tool's child runs) run on; defaults to the parent turn's model. */
+  subagentModel: Schema.optional(Schema.String),
+  /** Model ids Cursor may ask for (Auto, subagents, its own models) → a configured model; `*` for any other id. */
+  aliases: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String }))
+})
+export type FileConfig = typeof FileConfig.Type
+
+// =============================================================================
+// The resolved configuration
+// =============================================================================
+
+/** A configured search backend, its key (when it takes one) read from the variable it names. */
+export type SearchBackendConfig =
+  | { readonly name: "searxng"; readonly url: string }
+  | {
+    readonly name: "brave" | "tavily"
+    readonly baseUrl: string
+    readonly apiKeyEnv: string
+    readonly apiKey: Redacted.Redacted<string>
+  }
+
+/** What the `Web` service reads at each call. */
+export interface WebConfig {
+  readonly timeoutMs: number
+  readonly fetch: typeof WebFetchConfig.Type
+  readonly search: {
+    /** Undefined when no backend is configured (the WebSearch tool is then not offered). */
+    readonly backend: SearchBackendConfig | undefined
+    readonly maxResults: number
+    readonly chunkChars: number
+  }
+}
+
+export interface ServerConfig {
+  readonly host: string
+  /** Names requests may be addressed to besides loopback ones, lower case (`allowedHosts`, `BYOK_ALLOWED_HOSTS`). */
+  readonly allowedHosts: ReadonlyArray<string>
+  readonly port: number
+  readonly database: string
+  readonly heartbeatMs: number
+  readonly orphanTimeoutMs: number
+  readonly blobAckTimeoutMs: number
+  readonly queuedMessageGraceMs: number
+  /** Where `Run` is served over HTTP/2: h2c on `cleartextPort`, TLS on `tls.port`; each undefined when off. */
+  readonly http2: {
+    readonly cleartextPort: number | undefined
+    /** Without files, the listener's leaf comes from the installation's CA. */
+    readonly tls: { readonly port: number; readonly certFile: string | undefined; readonly keyFile: string | undefined } | undefined
+  }
+  readonly home: string
+  readonly proxy: {
+    readonly port: number | undefined
+    readonly offline: boolean
+    readonly upstream: string | undefined
+    /** Hosts reached directly, never through `upstream`. */
+    readonly noProxy: ReadonlyArray<string>
+  }
+  readonly maxLlmCallsPerTurn: number
+  readonly limits: typeof Limits.Type
+  readonly compaction: typeof CompactionConfig.Type
+  /** Server-side web fetch and search (`web`, `BYOK_WEB_SEARCH`). */
+  readonly web: WebConfig
+  /** The web console: the token a non-loopback host requires (`console.token`, `BYOK_CONSOLE_TOKEN`). */
+  readonly console: { readonly token: Redacted.Redacted<string> | undefined }
+  /** What the `Llm` router is built from: providers with their keys resolved. */
+  readonly router: RouterConfig
+  /** The models Cursor lists. */
+  readonly models: ReadonlyArray<ModelEntry>
+  readonly defaultModel: string | undefined
+  /** The model a Task's subagent runs on (undefined: the parent's). */
+  readonly subagentModel: string | undefined
+  /** Things worth telling the operator at startup (a missing key, a non-loopback bind...). */
+  readonly notices: ReadonlyArray<string>
+  /** Crash-test faults (`BYOK_FAULT_*`); empty in normal use. */
+  readonly faults: FaultInjection.FaultOptions
+}
+
+export class ConfigError extends Schema.TaggedError<ConfigError>("cursor-byok/ConfigError")("ConfigError", {
+  message: Schema.String
+}) {}
+
+/** The providers and models used when no file configures any, by which key variables are set. */
+export const defaultCatalogue: ReadonlyArray<{
+  readonly env: string
+  readonly provider: ProviderEntry
+  readonly models: ReadonlyArray<typeof ModelEntry.Encoded>
+}> = catalogue
+
+
+/**
+ * Builds the server configuration from a decoded file and an environment (a plain record, so
+ * it is testable without touching `process.env`). Pure apart from its inputs.
+ */
+export const resolve = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ServerConfig => {
+  const notices: Array<string> = []
+  let providers = file.providers
+  let models: ReadonlyArray<ModelEntry> = file.models
+  if (providers.length === 0) {
+    const available = defaultCatalogue.filter((entry) => (env[entry.env] ?? "") !== "")
+    providers = available.map((entry) => entry.provider)
+    models = available.flatMap((entry) => entry.models.map((model) => Schema.decodeSync(ModelEntry)(model)))
+    if (available.length > 0) notices.push(`no providers configured: using the default catalogue for ${available.map((e) => e.env).join(", ")}`)
+    else notices.push("no provider is configured and no OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY or DEEPSEEK_API_KEY is set: turns will fail until one is")
+  }
+  const routed: Array<ProviderConfig> = []
+  for (const provider of providers) {
+    const key = provider.apiKeyEnv === undefined ? "" : env[provider.apiKeyEnv] ?? ""
+    if (provider.apiKeyEnv !== undefined && key === "") notices.push(`provider ${provider.id}: ${provider.apiKeyEnv} is not set; its calls will fail with an authentication error`)
+    routed.push({
+      id: provider.id,
+      api: provider.api,
+      baseUrl: provider.baseUrl,
+      apiKey: Redacted.make(key),
+      headers: provider.headers,
+      ...(provider.secretHeaders === undefined ? {} : { secretHeaders: provider.secretHeaders }),
+      extraBody: provider.extraBody,
+      compat: provider.compat
+    })
+  }
+  for (const model of models) {
+    if (!providers.some((p) => p.id === model.provider)) notices.push(`model ${model.id} names provider ${model.provider}, which is not configured`)
+  }
+  const host = env["BYOK_HOST"] ?? file.host
+  const portText = env["BYOK_PORT"]
+  const port = portText === undefined ? file.port : Number(portText)
+  const defaultModel = file.defaultModel ?? models[0]?.id
+  const consoleToken = env["BYOK_CONSOLE_TOKEN"] ?? file.console.token
+  if (!isLoopback(host)) {
+    notices.push(`listening on ${host}, which is not a loopback address: every request but /healthz needs the token`)
+  }
+  if (!isLoopback(host) && consoleToken === undefined) {
+    notices.push(`no token is set (console.token or BYOK_CONSOLE_TOKEN): every request to ${host} but /healthz is refused until one is`)
+  }
+  return {
+    host,
+    allowedHosts: allowedHostsOf(file, env),
+    port,
+    database: env["BYOK_DB"] ?? file.database,
+    heartbeatMs: file.heartbeatMs,
+    orphanTimeoutMs: file.orphanTimeoutMs,
+    blobAckTimeoutMs: file.blobAckTimeoutMs,
+    queuedMessageGraceMs: file.queuedMessageGraceMs,
+    http2: http2Of(file, env),
+    home: env["BYOK_HOME"] ?? file.home ?? join(homedir(), ".cursor-byok"),
+    proxy: proxyOf(file, env),
+    maxLlmCallsPerTurn: file.maxLlmCallsPerTurn,
+    limits: file.limits,
+    compaction: { ...file.compaction, auto: compactionAutoOf(env) ?? file.compaction.auto },
+    web: webOf(file, env),
+    console: { token: consoleToken === undefined || consoleToken === "" ? undefined : Redacted.make(consoleToken) },
+    router: {
+      providers: routed,
+      models,
+      ...(file.aliases === undefined ? {} : { aliases: file.aliases }),
+      ...(defaultModel === undefined ? {} : { defaultModel }),
+      ...(file.retry === undefined ? {} : { retry: file.retry })
+    },
+    models,
+    defaultModel,
+    subagentModel: file.subagentModel,
+    notices,
+    faults: FaultInjection.fromEnvironment(env)
+  }
+}
+
+/** `allowedHosts`, or `BYOK_ALLOWED_HOSTS` (comma-separated) in its place; lower case, brackets kept off IPv6. */
+const allowedHostsOf = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ReadonlyArray<string> => {
+  const text = env["BYOK_ALLOWED_HOSTS"]
+  const names = text === undefined ? file.allowedHosts : text.split(",").map((name) => name.trim()).filter((name) => name !== "")
+  return names.map((name) => name.toLowerCase().replace(/^\[([^\]]+)\]/, "$1"))
+}
+
+/**
+ * The HTTP/2 listeners: the file's, then `BYOK_H2C_PORT` (a port, or `off`), `BYOK_TLS_PORT`
+ * (a port, or `off`), `BYOK_TLS_CERT` and `BYOK_TLS_KEY` (PEM files instead of the CA's leaf).
+ */
+const http2Of = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ServerConfig["http2"] => {
+  const h2c = env["BYOK_H2C_PORT"]
+  const cleartextPort = h2c === undefined ? file.http2.cleartextPort ?? undefined : h2c === "off" ? undefined : Number(h2c)
+  const tlsText = env["BYOK_TLS_PORT"]
+  const certFile = env["BYOK_TLS_CERT"] ?? file.http2.tls?.certFile
+  const keyFile = env["BYOK_TLS_KEY"] ?? file.http2.tls?.keyFile
+  const off = tlsText === "off" || (tlsText === undefined && file.http2.tls === null && certFile === undefined)
+  const tlsPort = tlsText !== undefined && tlsText !== "off" ? Number(tlsText) : file.http2.tls?.port ?? 8790
+  return { cleartextPort, tls: off ? undefined : { port: tlsPort, certFile, keyFile } }
+}
+
+/** The proxy: the file's, then `BYOK_PROXY_PORT` (a port, or `off`), `BYOK_OFFLINE`, `BYOK_UPSTREAM_PROXY` or `HTTPS_PROXY`. */
+const proxyOf = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ServerConfig["proxy"] => {
+  const portText = env["BYOK_PROXY_PORT"]
+  const offlineText = env["BYOK_OFFLINE"]
+  const upstream = env["BYOK_UPSTREAM_PROXY"] ?? file.proxy.upstream ?? env["HTTPS_PROXY"] ?? env["https_proxy"]
+  return {
+    port: portText === undefined ? file.proxy.port ?? undefined : portText === "off" ? undefined : Number(portText),
+    offline: offlineText === undefined ? file.proxy.offline : offlineText === "1" || offlineText.toLowerCase() === "true",
+    upstream: upstream === undefined || upstream === "" ? undefined : upstream,
+    noProxy: parseNoProxy(env["BYOK_NO_PROXY"] ?? file.proxy.noProxy ?? env["NO_PROXY"] ?? env["no_proxy"])
+  }
+}
+
+const isPort = (port: number | undefined) => port === undefined || (Number.isInteger(port) && port >= 0 && port <= 65535)
+
+
+
+/** Decodes the text of a configuration file; each problem is one line naming the file, the field and what was expected. */
+export const decodeFile = (path: string, text: string): Effect.Effect<FileConfig, ConfigError> =>
+  Effect.try({
+    try: () => JSON.parse(text) as unknown,
+    catch: (cause) => new ConfigError({ message: `${path}: not valid JSON${jsonPosition(text, (cause as Error).message)}: ${(cause as Error).message}` })
+  }).pipe(
+    Effect.flatMap((json) => Schema.decodeUnknown(FileConfig)(json, { onExcessProperty: "error", errors: "all" })),
+    Effect.mapError((error) =>
+      error._tag === "ParseError" ? new ConfigError({ message: issueLines(error).map((line) => `${path}: ${line}`).join("\n") }) : error
+    )
+  )
+
+const environment = Effect.sync(() => ({ ...process.env }) as Readonly<Record<string, string | undefined>>)
+
+/** The checks a resolved configuration must pass (ports, the TLS files in pairs). */
+export const validate = (config: ServerConfig, env: Readonly<Record<string, string | undefined>>): Effect.Effect<ServerConfig, ConfigError> =>
+  Effect.gen(function*() {
+    if (!Number.isInteger(config.port) || config.port < 0 || config.port > 65535) {
+      return yield* new ConfigError({ message: `BYOK_PORT must be a port number (0-65535), got ${env["BYOK_PORT"]}` })
+    }
+    if (!isPort(config.http2.cleartextPort)) {
+      return yield* new ConfigError({ message: `BYOK_H2C_PORT must be a port number (0-65535) or off, got ${env["BYOK_H2C_PORT"]}` })
+    }
+    if (config.http2.tls !== undefined && !isPort(config.http2.tls.port)) {
+      return yield* new ConfigError({ message: `BYOK_TLS_PORT must be a port number (0-65535) or off, got ${env["BYOK_TLS_PORT"]}` })
+    }
+    const token = env["BYOK_CONSOLE_TOKEN"]
+    if (token !== undefined && token !== "" && token.length < MIN_TOKEN_LENGTH) {
+      return yield* new ConfigError({ message: `BYOK_CONSOLE_TOKEN must be at least ${MIN_TOKEN_LENGTH} characters (it has ${token.length}): it guards the histories and your keys off loopback` })
+    }
+    const badHost = (env["BYOK_ALLOWED_HOSTS"] ?? "").split(",").map((name) => name.trim()).find((name) => name !== "" && !Schema.is(HostName)(name))
+    if (badHost !== undefined) {
+      return yield* new ConfigError({ message: `BYOK_ALLOWED_HOSTS takes host names or name:port, comma-separated; got ${JSON.stringify(badHost)}` })
+    }
+    if (!isPort(config.proxy.port)) {
+      return yield* new ConfigError({ message: `BYOK_PROXY_PORT must be a port number (0-65535) or off, got ${env["BYOK_PROXY_PORT"]}` })
+    }
+    const compaction = env["BYOK_COMPACTION"]?.trim().toLowerCase()
+    if (compaction !== undefined && compaction !== "" && !["on", "off", "true", "false", "1", "0"].includes(compaction)) {
+      return yield* new ConfigError({ message: `BYOK_COMPACTION must be on or off, got ${env["BYOK_COMPACTION"]}` })
+    }
+    const webSearch = env["BYOK_WEB_SEARCH"]
+    if (webSearch !== undefined && webSearchOverride(webSearch) === "invalid") {
+      return yield* new ConfigError({ message: `BYOK_WEB_SEARCH must be searxng=<http(s) URL>, brave, tavily or off, got ${webSearch}` })
+    }
+    const search = config.web.search.backend
+    if (search !== undefined && search.name !== "searxng" && Redacted.value(search.apiKey) === "") {
+      return yield* new ConfigError({ message: `web search: the ${search.name} backend reads its API key from ${search.apiKeyEnv}, which is not set` })
+    }
+    const routing = routingProblem(config.router)
+    if (routing !== undefined) return yield* new ConfigError({ message: routing })
+    const subagentModel = config.subagentModel
+    if (subagentModel !== undefined && !config.models.some((model) => model.id === subagentModel) && !Object.hasOwn(config.router.aliases ?? {}, subagentModel)) {
+      return yield* new ConfigError({ message: `subagentModel names model ${subagentModel}, which is not configured (name one of models[].id or an alias)` })
+    }
+    if ((config.http2.tls?.certFile === undefined) !== (config.http2.tls?.keyFile === undefined)) {
+      return yield* new ConfigError({ message: "the TLS listener takes both a certificate and a key (http2.tls.certFile and keyFile, or BYOK_TLS_CERT and BYOK_TLS_KEY), or neither (the CA's leaf)" })
+    }
+    return config
+  })
+
+/**
+ * Where the configuration comes from: the file (`BYOK_CONFIG`, else `./byok.config.json`,
+ * which may not exist) and the environment read once at start-up. A reload reads the same path
+ * with the same environment.
+ */
+export interface ConfigSource {
+  readonly path: string
+  /** Named by `BYOK_CONFIG` (then it must exist), rather than the default path. */
+  readonly explicit: boolean
+  readonly env: Readonly<Record<string, string | undefined>>
+}
+
+/** Finds the configuration file and takes the environment; a `BYOK_CONFIG` naming no file is an error. */
+export const locate: Effect.Effect<ConfigSource, ConfigError, FileSystem.FileSystem> = Effect.gen(function*() {
+  const fs = yield* FileSystem.FileSystem
+  const explicit = yield* Config.option(Config.string("BYOK_CONFIG")).pipe(Effect.orElseSucceed(() => Option.none<string>()))
+  const path = Option.getOrElse(explicit, () => "./byok.config.json")
+  if (Option.isSome(explicit) && !(yield* fs.exists(path).pipe(Effect.orElseSucceed(() => false)))) {
+    return yield* new ConfigError({ message: `BYOK_CONFIG names ${path}, which does not exist` })
+  }
+  return { path, explicit: Option.isSome(explicit), env: yield* environment }
+})
+
+/** Reads and decodes the source's file (the defaults when it does not exist), then resolves and validates it. */
+export const loadFrom = (source: ConfigSource): Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSystem> =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const exists = yield* fs.exists(source.path).pipe(Effect.orElseSucceed(() => false))
+    if (source.explicit && !exists) return yield* new ConfigError({ message: `${source.path} does not exist` })
+    const file = exists
+      ? yield* fs.readFileString(source.path).pipe(
+        Effect.mapError((cause) => new ConfigError({ message: `cannot read ${source.path}: ${cause.message}` })),
+        Effect.flatMap((text) => decodeFile(source.path, text))
+      )
+      : Schema.decodeSync(FileConfig)({})
+    return yield* validate(resolve(file, source.env), source.env)
+  })
+
+/** Loads the configuration: the file if any, the environment, validated. */
+export const load: Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSystem> = Effect.flatMap(locate, loadFrom)
+
+
+/** `BYOK_COMPACTION=off` (or `on`) overrides the file's `compaction.auto`. */
+const compactionAutoOf = (env: Readonly<Record<string, string | undefined>>): boolean | undefined => {
+  const value = env["BYOK_COMPACTION"]?.trim().toLowerCase()
+  return value === undefined || value === "" ? undefined : value !== "off" && value !== "false" && value !== "0"
+}
+
+/** `BYOK_WEB_SEARCH`: `searxng=<url>`, `brave`, `tavily` or `off`; undefined when unset, `invalid` otherwise. */
+const webSearchOverride = (text: string | undefined): { readonly backend: "off" | "searxng" | "brave" | "tavily"; readonly url?: string } | "invalid" | undefined => {
+  const value = text?.trim()
+  if (value === undefined || value === "") return undefined
+  const lower = value.toLowerCase()
+  if (lower === "off" || lower === "brave" || lower === "tavily") return { backend: lower }
+  const searxng = /^searxng=(.+)$/i.exec(value)
+  if (searxng === null) return "invalid"
+  const url = searxng[1]!.trim()
+  return Schema.is(HttpUrl)(url) ? { backend: "searxng", url } : "invalid"
+}
+
+/** The web section: the file's, with the search backend `BYOK_WEB_SEARCH` names (keeping the file's settings for the same backend). */
+const webOf = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): WebConfig => {
+  const override = webSearchOverride(env["BYOK_WEB_SEARCH"])
+  const fromFile = file.web.search
+  const common = { maxResults: fromFile.maxResults, chunkChars: fromFile.chunkChars }
+  const search: typeof WebSearchConfig.Type = override === undefined || override === "invalid" || (override.backend === fromFile.backend && override.url === undefined)
+    ? fromFile
+    : { ...(override.url === undefined ? {} : { url: override.url }), backend: override.backend, ...common }
+  const backendOf = (): SearchBackendConfig | undefined => {
+    switch (search.backend) {
+      case "off":
+        return undefined
+      case "searxng":
+        return { name: "searxng", url: search.url ?? "" }
+      case "brave":
+      case "tavily": {
+        const apiKeyEnv = search.apiKeyEnv ?? searchBackendDefaults[search.backend].apiKeyEnv
+        const baseUrl = search.baseUrl ?? searchBackendDefaults[search.backend].baseUrl
+        return { name: search.backend, baseUrl, apiKeyEnv, apiKey: Redacted.make(env[apiKeyEnv] ?? "") }
+      }
+    }
+  }
+  return { timeoutMs: file.web.timeoutMs, fetch: file.web.fetch, search: { backend: backendOf(), ...common } }
+}
