@@ -33,8 +33,8 @@
  * What goes in and comes out is the contract in `loop/Contract.ts`: the `Input`s named above, the
  * `Command`s the runner performs (call the model, call the client, wait, end the turn), and what
  * each input settles of the work in flight (the model call it ends, the client operation a tool
- * result completes), decided here so that the runner records it and derives nothing. The
- * transitions live beside it by input kind: `loop/Turns.ts` (Start, Summarize, UserMessage,
+ * result completes, where a compaction stands: `loop/Compactions.ts`), decided here so that the
+ * runner records it and derives nothing. The transitions live beside it by input kind: `loop/Turns.ts` (Start, Summarize, UserMessage,
  * Cancel), `loop/ModelEvents.ts` (LlmEvent), `loop/ToolResults.ts` (ToolResult), and the steps
  * they end in, `loop/Steps.ts` (ask the model, compact first, end the step).
  *
@@ -44,6 +44,7 @@
  */
 import type { Input, Policy, Transition } from "./loop/Contract.js"
 import type { RuntimeState } from "./loop/State.js"
+import { compactionOf } from "./loop/Compactions.js"
 import { onLlmEvent } from "./loop/ModelEvents.js"
 import { onToolResult } from "./loop/ToolResults.js"
 import { onCancel, onStart, onSummarize, onUserMessage } from "./loop/Turns.js"
@@ -56,6 +57,13 @@ export { CANCELED_RESULT, SUPERSEDED_RESULT } from "./loop/Turns.js"
 
 /** The loop, for a policy: one pure function from a state and an input to the next transition. */
 export const makeTransition = (policy: Policy) => (state: RuntimeState, input: Input): Transition => {
+  const t = step(policy, state, input)
+  // Where a compaction stands after it (most inputs: nowhere, and nothing is allocated).
+  const compaction = compactionOf(state.committed, input, t)
+  return compaction === undefined ? t : { ...t, settles: { ...t.settles, compaction } }
+}
+
+const step = (policy: Policy, state: RuntimeState, input: Input): Transition => {
   switch (input._tag) {
     // A new turn (superseding a running one), or one that only compacts the history.
     case "Start": return onStart(policy, state, input.message, input.context, input.settings, input.clientHistory)

@@ -15,7 +15,7 @@ import type {
   UserContent,
   UserMessage
 } from "../Llm.js"
-import type { ClientHistory, CompactionPolicy } from "./Segments.js"
+import type { ClientHistory, CompactionPolicy, CompactionTrigger } from "./Segments.js"
 import type { RuntimeState, TurnSettings } from "./State.js"
 
 // =============================================================================
@@ -98,6 +98,8 @@ export interface Transition {
  */
 export interface Settles {
   readonly modelCall?: CallSettlement
+  /** Where a compaction stands after this input (started, completed, failed, or a summarize with nothing to do). */
+  readonly compaction?: CompactionProgress
   /** None for a result that arrived before its call was handed to the client (that call is never sent). */
   readonly operation?: { readonly operationId: string; readonly result: ToolResultMessage }
 }
@@ -106,6 +108,29 @@ export interface Settles {
 export type CallSettlement =
   | { readonly callId: string; readonly status: "committed"; readonly model: string; readonly message: AssistantMessage }
   | { readonly callId: string; readonly status: "failed" | "canceled"; readonly error: string }
+
+/** Where a compaction of the running turn stands, for the client's "summarizing" display. */
+export type CompactionProgress = Data.TaggedEnum<{
+  /** The summary call was saved and starts now. */
+  Started: { readonly trigger: CompactionTrigger }
+  /**
+   * The new segment is committed: `summarized` are the previous segment's messages the summary
+   * replaced, `kept` how many of its latest messages follow it verbatim, `summaryMessage` the
+   * segment's first message.
+   */
+  Completed: {
+    readonly trigger: CompactionTrigger
+    readonly summary: string
+    readonly summarized: ReadonlyArray<Message>
+    readonly kept: number
+    readonly summaryMessage: Message
+  }
+  /** The summary call failed; the history is as it was (an automatic compaction goes on without it). */
+  Failed: { readonly trigger: CompactionTrigger; readonly error: string }
+  /** The user asked for a summary of a conversation too short to need one: nothing changed. */
+  Skipped: {}
+}>
+export const CompactionProgress = Data.taggedEnum<CompactionProgress>()
 
 /** Most inputs settle nothing (every delta): one shared value. */
 export const settlesNothing: Settles = {}

@@ -5,8 +5,8 @@
  */
 import { Context, Data } from "effect"
 import type { Effect } from "effect"
-import type { Message, ResponseEvent, ToolCall, ToolResultMessage, Usage } from "../Llm.js"
-import type { Command, CompactionTrigger, ConversationState, TurnSettings } from "../Loop.js"
+import type { ResponseEvent, ToolCall, ToolResultMessage, Usage } from "../Llm.js"
+import type { Command, CompactionProgress, ConversationState, TurnSettings } from "../Loop.js"
 
 /** Which turn a call is about; the transport finds the Cursor request from the settings. */
 export interface TurnRef {
@@ -49,28 +49,7 @@ export type StartedTurn = Data.TaggedEnum<{
 }>
 export const StartedTurn = Data.taggedEnum<StartedTurn>()
 
-/** Where a compaction of the running turn stands, for the client's "summarizing" display. */
-export type CompactionProgress = Data.TaggedEnum<{
-  /** The summary call was saved and starts now. */
-  Started: { readonly trigger: CompactionTrigger }
-  /**
-   * The new segment is committed: `summarized` are the previous segment's messages the summary
-   * replaced, `kept` how many of its latest messages follow it verbatim, `summaryMessage` the
-   * segment's first message.
-   */
-  Completed: {
-    readonly trigger: CompactionTrigger
-    readonly summary: string
-    readonly summarized: ReadonlyArray<Message>
-    readonly kept: number
-    readonly summaryMessage: Message
-  }
-  /** The summary call failed; the history is as it was (an automatic compaction goes on without it). */
-  Failed: { readonly trigger: CompactionTrigger; readonly error: string }
-  /** The user asked for a summary of a conversation too short to need one: nothing changed. */
-  Skipped: {}
-}>
-export const CompactionProgress = Data.taggedEnum<CompactionProgress>()
+export { CompactionProgress } from "../Loop.js"
 
 export class ClientGateway extends Context.Tag("cursor-byok/ClientGateway")<ClientGateway, {
   /** Streamed events of a running turn's model call `callId`, in order. */

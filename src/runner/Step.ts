@@ -15,7 +15,6 @@ import type { Actor, ActorState, RunnerEnv } from "./Actor.js"
 import type { TurnOutcome } from "./ClientGateway.js"
 import { commitOf, derivedInputId } from "./Commits.js"
 import { foldPure } from "./FastPath.js"
-import { compactionProgressOf } from "./Compaction.js"
 import { logTurn } from "./TurnLog.js"
 import { startModelCall } from "./ModelCall.js"
 import { turnUsageOf } from "./Outcomes.js"
@@ -67,7 +66,7 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
     if (t.emit.length > 0) {
       yield* gateway.publish(turnRefOf(t.state.committed), input._tag === "LlmEvent" ? input.callId : "", t.emit)
     }
-    const compaction = compactionProgressOf(acc.runtime.committed, input, t)
+    const compaction = t.settles.compaction
     if (compaction !== undefined) {
       Metrics.countCompaction(compaction._tag.toLowerCase())
       yield* gateway.compaction(turnRefOf(t.state.committed), compaction)

@@ -1,14 +1,14 @@
 /**
- * What a transition did to a compaction, read from the states before and after it and its
- * command: the loop decides compactions (pure); the runner only tells the client side, which
- * shows "summarizing" and records the summary in the turn's checkpoint.
+ * Where a compaction stands after a transition, from the states before and after it and its
+ * command: `transition` attaches it to what the input settles (`Settles.compaction`), so the
+ * runner only tells the client side, which shows "summarizing" and records the summary.
  */
-import type { Input, Transition } from "../Loop.js"
-import { summaryOfMessage } from "../Loop.js"
-import type { ConversationState } from "../Loop.js"
-import { CompactionProgress } from "./ClientGateway.js"
+import { CompactionProgress } from "./Contract.js"
+import type { Input, Transition } from "./Contract.js"
+import { summaryOfMessage } from "./Segments.js"
+import type { ConversationState } from "./State.js"
 
-export const compactionProgressOf = (before: ConversationState, input: Input, t: Transition): CompactionProgress | undefined => {
+export const compactionOf = (before: ConversationState, input: Input, t: Transition): CompactionProgress | undefined => {
   const after = t.state.committed
   const run = before.compaction
   if (run !== null && input._tag === "LlmEvent" && input.callId === run.callId && (input.event._tag === "Done" || input.event._tag === "Error")) {
