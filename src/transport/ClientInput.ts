@@ -43,7 +43,7 @@ const carryOut = (env: InputEnv, session: Session, command: EffectCommand): Effe
     case "StartTurn":
       return startTurn(env, session, command)
     case "Deliver":
-      return command.message._tag === "KvResult" ? kvAnswered(session, command.message) : Effect.void
+      return (command.message._tag === "KvResult" ? kvAnswered(session, command.message) : undefined) ?? Effect.void
     case "Resume":
       return Resume.resume(env, session)
     case "End":

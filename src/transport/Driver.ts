@@ -14,7 +14,7 @@ import type { SessionCommand, StoreFacts, Submission } from "../Session.js"
 import { ConnectError } from "./Connect.js"
 import type { InputEnv } from "./InputEnv.js"
 import type { Session } from "./Session.js"
-import { locked, requestIdOf, write } from "./Session.js"
+import { locked, logLine, requestIdOf, write } from "./Session.js"
 import { Settlement } from "./Settlement.js"
 
 /** Steps the machine: the session's state is replaced; the commands are returned. */
@@ -163,7 +163,7 @@ export const acceptNow = (env: InputEnv, requestId: string, seqno: number, messa
     if (command._tag === "Ack") ack(session, command.seqno)
     else if (command._tag === "Deliver" && command.message._tag === "KvResult") {
       const logged = kvAnswered(session, command.message)
-      if (logged !== Effect.void) env.fork(logged)
+      if (logged !== undefined) env.fork(logged)
     } else if (command._tag === "Log") env.fork(logLine(command))
   }
   Metrics.countAppend("at_once")
@@ -174,27 +174,25 @@ export const acceptNow = (env: InputEnv, requestId: string, seqno: number, messa
 const inline = (command: SessionCommand): boolean =>
   command._tag === "Ack" || command._tag === "Log" || (command._tag === "Deliver" && command.message._tag === "KvResult")
 
-const logLine = (command: Extract<SessionCommand, { readonly _tag: "Log" }>): Effect.Effect<void> =>
-  command.level === "debug" ? Effect.logDebug(command.message) : command.level === "info" ? Effect.logInfo(command.message) : Effect.logWarning(command.message)
 
 /**
  * A KV answer settles what waits on it on the driver's side: a blob read back (a failed one is
  * logged: the effect returned), or a blob's acknowledgement (the last of a turn's writes its
- * checkpoint). `Effect.void` when there is nothing to log.
+ * checkpoint). Undefined when there is nothing to log.
  */
-export const kvAnswered = (session: Session, message: Extract<ClientMessage, { _tag: "KvResult" }>): Effect.Effect<void> => {
+export const kvAnswered = (session: Session, message: Extract<ClientMessage, { _tag: "KvResult" }>): Effect.Effect<void> | undefined => {
   const failed = message.error !== undefined && message.error !== ""
   const read = session.blobReads.get(message.id)
   if (read !== undefined) {
     session.blobReads.delete(message.id)
     Deferred.unsafeDone(read, Exit.succeed(failed ? undefined : message.data ?? new Uint8Array()))
-    return failed ? Effect.logWarning(`transport: the client could not read back blob ${message.id}: ${message.error}`) : Effect.void
+    return failed ? Effect.logWarning(`transport: the client could not read back blob ${message.id}: ${message.error}`) : undefined
   }
   const settle = session.blobAcks.get(message.id)
   if (settle === undefined) return Effect.logDebug(`transport: KV answer ${message.id} matches no request; dropped`)
   session.blobAcks.delete(message.id)
   settle(!failed)
-  return Effect.void
+  return undefined
 }
 
 /**

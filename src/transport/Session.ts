@@ -91,6 +91,10 @@ export const locked = <A, E, R>(session: Session, effect: Effect.Effect<A, E, R>
     return Effect.ensuring(session.lock.withPermits(1)(effect), Effect.sync(() => void session.pending--))
   })
 
+/** A log line the session machine asked for (`Log`). */
+export const logLine = (command: Extract<State.SessionCommand, { readonly _tag: "Log" }>): Effect.Effect<void> =>
+  command.level === "debug" ? Effect.logDebug(command.message) : command.level === "info" ? Effect.logInfo(command.message) : Effect.logWarning(command.message)
+
 export const isUnresolved = (session: Session): boolean => State.isUnresolved(session.state)
 export const isReplay = (session: Session): boolean => State.isReplay(session.state)
 export const isEnded = (session: Session): boolean => State.isEnded(session.state)

@@ -9,14 +9,15 @@
  */
 import { Clock, Context, Effect, FiberSet, Layer, Queue } from "effect"
 import * as Dialect from "../Dialect.js"
-import type { ResponseEvent, ToolResultMessage, Usage } from "../Llm.js"
+import type { ResponseEvent, Usage } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 import { ClientGateway } from "../Runner.js"
 import type { CompactionProgress, DispatchedOperation, TurnOutcome, TurnRef } from "../Runner.js"
 import type { TransportOptions } from "./Options.js"
 import { envelope } from "./Connect.js"
 import { SessionInput, sessionTransition, toolContext } from "../Session.js"
-import { endFrameOf, frameOf, makeSession, requestIdOf, write } from "./Session.js"
+import type { SessionCommand } from "../Session.js"
+import { endFrameOf, frameOf, logLine, makeSession, requestIdOf, write } from "./Session.js"
 import type { Session, SessionEnv } from "./Session.js"
 import { beginNextTurn, sendTurnEnd } from "./TurnEnd.js"
 
@@ -131,23 +132,12 @@ export const make = (options: TransportOptions) =>
       Effect.flatMap(turnSession(turn), (session) => {
         const step = sessionTransition(session.state, input)
         session.state = step.state
-        let done: ToolResultMessage | undefined
+        const done = step.commands.find((command): command is Extract<SessionCommand, { readonly _tag: "DoneAtOnce" }> => command._tag === "DoneAtOnce")?.message
         return Effect.as(
-          Effect.forEach(step.commands, (command) => {
-            switch (command._tag) {
-              case "Write":
-                return write(session, command.messages)
-              case "Log":
-                return command.level === "warning" ? Effect.logWarning(command.message) : command.level === "info" ? Effect.logInfo(command.message) : Effect.logDebug(command.message)
-              case "DoneAtOnce":
-                done = command.message
-                return Effect.void
-              default:
-                return Effect.void
-            }
-          }, { discard: true }),
-          undefined
-        ).pipe(Effect.map(() => done))
+          Effect.forEach(step.commands, (command) =>
+            command._tag === "Write" ? write(session, command.messages) : command._tag === "Log" ? logLine(command) : Effect.void, { discard: true }),
+          done
+        )
       })
 
     const dispatch = (turn: TurnRef, dispatched: DispatchedOperation) =>
