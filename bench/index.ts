@@ -7,6 +7,7 @@ import { Effect } from "effect"
 import * as Ack from "./ack.js"
 import * as Body from "./body.js"
 import * as Cost from "./cost.js"
+import * as Drift from "./drift.js"
 import * as First from "./first.js"
 import * as Latency from "./latency.js"
 import * as Memory from "./memory.js"
@@ -22,6 +23,7 @@ const benches: Record<string, () => Promise<string>> = {
   store: async () => (await Store.run({ print: false })).markdown,
   segments: async () => (await Segments.run()).markdown,
   body: async () => Body.run().markdown,
+  drift: async () => Drift.run().markdown,
   sse: async () => (await Effect.runPromise(Sse.run())).markdown,
   latency: async () => (await Latency.run()).markdown,
   first: async () => (await First.run()).markdown,

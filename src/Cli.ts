@@ -43,9 +43,10 @@ const serve = Command.make("serve", {}, () => serveProgram).pipe(
 const setup = Command.make("setup", {
   settings: settingsOption,
   trust: Options.boolean("trust").pipe(Options.withDescription("Also run the commands that make this OS trust the CA")),
-  http1: Options.boolean("http1").pipe(Options.withDescription("Keep Cursor on HTTP/1.1 (cursor.general.disableHttp2) even with the TLS listener on"))
-}, ({ settings, trust, http1 }) => Setup.setup({ settingsPath: Option.getOrUndefined(settings), trust, http1 })).pipe(
-  Command.withDescription("Point Cursor at this server: make the CA, write Cursor's proxy settings (journaled), print how to trust the CA")
+  http2: Options.boolean("http2").pipe(Options.withDescription("Leave Cursor on HTTP/2 (cursor.general.disableHttp2 false): its agent runs Run on the TLS listener, which must be on")),
+  http1: Options.boolean("http1").pipe(Options.withDescription("The default (cursor.general.disableHttp2 true: the agent on RunSSE + BidiAppend through the proxy); kept for scripts"))
+}, ({ settings, trust, http2, http1 }) => Setup.setup({ settingsPath: Option.getOrUndefined(settings), trust, http2, http1 })).pipe(
+  Command.withDescription("Point Cursor at this server: make the CA, write Cursor's proxy settings and HTTP/1.1 switch (journaled), print how to trust the CA")
 )
 
 const unsetup = Command.make("unsetup", { settings: settingsOption }, ({ settings }) =>

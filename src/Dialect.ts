@@ -18,7 +18,7 @@
  * Pure: no I/O, no clock (times are arguments), no randomness.
  *
  * One concern per module of `dialect/`: `Bytes.ts` (the error, hex), `ClientMessage.ts` (what a
- * client message decodes to), `Decode.ts`, `UserMessage.ts` (modes, the model's user message),
+ * client message decodes to), `Decode.ts`, `Unknowns.ts` (the unknown fields of a decoded message), `UserMessage.ts` (modes, the model's user message),
  * `Attachments.ts` (what the user attached, as text), `RunRequest.ts` (the run request and its
  * context parts), `Settings.ts` (what is read back from a turn's settings), `Correlation.ts`,
  * `Encode.ts` (model events, tool calls and execs, turn end), `Kv.ts` (blobs), `Checkpoint.ts`
@@ -28,6 +28,9 @@
 export { bytesToHex, DialectError, DialectErrorReason, hexToBytes } from "./dialect/Bytes.js"
 export * from "./dialect/ClientMessage.js"
 export * from "./dialect/Decode.js"
+export { walkUnknown } from "./dialect/Unknowns.js"
+export { agentJson } from "./dialect/Json.js"
+export type { UnknownSink } from "./dialect/Unknowns.js"
 export { toLlmUserMessage } from "./dialect/UserMessage.js"
 export { agentModeOf, cursorModeOf, customModeOf } from "./dialect/Modes.js"
 export { pastChatDigest } from "./dialect/Attachments.js"
@@ -39,5 +42,6 @@ export * from "./dialect/Encode.js"
 export { deltaBytesOf } from "./dialect/DeltaBytes.js"
 export * from "./dialect/Kv.js"
 export * from "./dialect/Checkpoint.js"
+export * from "./dialect/PromptMessages.js"
 export * from "./dialect/EndStream.js"
 export * from "./dialect/Inputs.js"

@@ -12,7 +12,6 @@ import type { ServerConfig } from "./Config.js"
 import { ConfigError, isLoopback } from "./Config.js"
 import * as Ca from "./hookup/Ca.js"
 import * as Proxy from "./hookup/Proxy.js"
-import { makeForwarder } from "./hookup/proxy/Forward.js"
 import { parseProxyUrl } from "./hookup/proxy/Upstream.js"
 import type { UpstreamProxy } from "./hookup/proxy/Upstream.js"
 import * as Run from "./transport/Run.js"
@@ -53,32 +52,12 @@ export const listenerTls = (
 export type Dispatch = (request: Http.IncomingMessage, response: Http.ServerResponse) => void
 
 /**
- * The HTTP/2 listeners for `Run`. The TLS one is also the agent URL Cursor is given: what is
- * not `Run` there (RunSSE, BidiAppend, side RPCs; HTTP/1.1 or HTTP/2) goes on to the HTTP/1.1
- * server as bound, so Cursor's agent calls work whichever protocol it chooses for them.
+ * The HTTP/2 listeners. The TLS one is also the agent URL Cursor is given: its HTTP/2 streams
+ * (`Run`, RunSSE, BidiAppend, the side RPCs) go to the front door once the door let them
+ * through, its HTTP/1.1 requests to the front door's `handle` as from TLS (`dispatch`).
  */
 export const layerListeners = (config: ServerConfig, tls: Run.Http2Options["tls"], dispatch: Dispatch) =>
-  Layer.unwrapScoped(Effect.gen(function*() {
-    const address = (yield* HttpServer.HttpServer).address
-    const target = {
-      _tag: "Local" as const,
-      address: { host: config.host, port: address._tag === "TcpAddress" ? address.port : config.port },
-      http2: false,
-      via: "tls" as const
-    }
-    const forwarder = makeForwarder({ upstream: undefined, originCa: undefined })
-    yield* Effect.addFinalizer(() => Effect.sync(() => forwarder.close()))
-    return Run.layer({
-      host: config.host,
-      cleartextPort: config.http2.cleartextPort,
-      tls,
-      limits: config.limits,
-      others: {
-        http1: dispatch,
-        http2: (stream, headers) => forwarder.forwardStream(stream, headers, target)
-      }
-    })
-  }))
+  Run.layer({ host: config.host, cleartextPort: config.http2.cleartextPort, tls, limits: config.limits, http1: dispatch })
 
 export const upstreamOf = (config: ServerConfig): Effect.Effect<UpstreamProxy | undefined, ConfigError> => {
   if (config.proxy.upstream === undefined) return Effect.succeed(undefined)

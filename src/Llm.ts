@@ -163,7 +163,12 @@ export const Start = Schema.TaggedStruct("Start", {
   model: Schema.optional(Schema.String),
   responseId: Schema.optional(Schema.String),
   /** How many attempts the target took to open this stream, when more than one (retries before the first event). */
-  attempts: Schema.optional(Schema.Int)
+  attempts: Schema.optional(Schema.Int),
+  /**
+   * Set by the router when what answers is not the model the client named: the configured model
+   * an alias or `*` named, or the fallback target (`provider/upstream model`) that took the call.
+   */
+  routedModel: Schema.optional(Schema.String)
 })
 export const TextStart = Schema.TaggedStruct("TextStart", { index: ContentIndex })
 export const TextDelta = Schema.TaggedStruct("TextDelta", { index: ContentIndex, delta: Schema.String })

@@ -24,7 +24,8 @@
  * - a `length` stop never runs its (possibly truncated) tool calls;
  * - tool calls run one at a time in content order, and their results are appended in that
  *   order, matched by tool call id, whatever order they arrive in;
- * - errors and aborts never become assistant messages;
+ * - errors and aborts never become assistant messages (a call a new turn supersedes keeps the
+ *   text it had streamed, as its partial answer before the new turn's message);
  * - duplicate and late inputs change nothing;
  * - of a model stream, only the call's end (`Done`, `Error`) changes the committed state: a
  *   runner applies the other events without a commit (`endsModelCall`);
@@ -46,6 +47,7 @@ import type { Input, Policy, Transition } from "./loop/Contract.js"
 import type { RuntimeState } from "./loop/State.js"
 import { compactionOf } from "./loop/Compactions.js"
 import { onLlmEvent } from "./loop/ModelEvents.js"
+import { summarizeSettings } from "./loop/Steps.js"
 import { onToolResult } from "./loop/ToolResults.js"
 import { onCancel, onStart, onSummarize, onUserMessage } from "./loop/Turns.js"
 
@@ -53,7 +55,7 @@ export * from "./loop/Contract.js"
 export * from "./loop/Segments.js"
 export * from "./loop/State.js"
 export { CUT_OFF_RESULT, endsModelCall } from "./loop/ModelEvents.js"
-export { CANCELED_RESULT, SUPERSEDED_RESULT } from "./loop/Turns.js"
+export { CANCELED_RESULT, SUPERSEDED_REASON, SUPERSEDED_RESULT } from "./loop/Turns.js"
 
 /** The loop, for a policy: one pure function from a state and an input to the next transition. */
 export const makeTransition = (policy: Policy) => (state: RuntimeState, input: Input): Transition => {
@@ -67,7 +69,8 @@ const step = (policy: Policy, state: RuntimeState, input: Input): Transition => 
   switch (input._tag) {
     // A new turn (superseding a running one), or one that only compacts the history.
     case "Start": return onStart(policy, state, input.message, input.context, input.settings, input.clientHistory)
-    case "Summarize": return onSummarize(policy, state, input.instructions, input.settings, input.clientHistory)
+    // Its summary call keeps the conversation's prompt and tools, whatever context the request carried.
+    case "Summarize": return onSummarize(policy, state, input.instructions, summarizeSettings(state.committed.settings, input.settings), input.clientHistory)
     // A model stream's event: a delta to show, or the call's end (an answer to commit, an error).
     case "LlmEvent": return onLlmEvent(policy, state, input.callId, input.event)
     // A client's result for a tool call: appended in call order, then the next call or the model again.

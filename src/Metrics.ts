@@ -47,6 +47,10 @@ const atOnce = [MetricLabel.make("path", "at_once")]
 const general = [MetricLabel.make("path", "general")]
 /** Counts a client message by how `Driver.accept` took it. */
 export const countAppend = (path: "at_once" | "general"): void => appends.unsafeUpdate(1, path === "at_once" ? atOnce : general)
+export const clientUnknownFields = Metric.counter("byok_client_unknown_fields_total", {
+  description: "Fields of client messages this server's schema does not know (a newer Cursor's drift), by protobuf type, field number and client version (x-cursor-client-version)",
+  incremental: true
+})
 export const timeToFirstDelta = Metric.histogram(
   "byok_time_to_first_delta_seconds",
   MetricBoundaries.exponential({ start: 0.05, factor: 2, count: 10 }),

@@ -45,8 +45,19 @@ const workspaceLines = (workspace: TurnWorkspace | undefined): Array<string> => 
 
 const attribute = (value: string): string => value.replace(/"/g, "'")
 
-/** The system prompt for a turn's settings. */
+/**
+ * The system prompt for a turn's settings. A client's `system_prompt_spec` replaces it (its text,
+ * byte for byte) or is appended after it; either way the same settings give the same bytes.
+ */
 export const buildPrompt = (context: PromptContext): string => {
+  const spec = context.settings.systemPromptSpec
+  if (spec?.mode === "replace") return spec.text
+  const own = serverPrompt(context)
+  return spec?.mode === "append" && spec.text.trim() !== "" ? `${own}\n\n${spec.text}` : own
+}
+
+/** The server's own system prompt: guidance for the mode, the environment, the rules, the custom prompt. */
+const serverPrompt = (context: PromptContext): string => {
   const { customMode, customSystemPrompt, rules = [], workspace } = context.settings
   const mode = modeOfSettings(context.settings)
   const sections: Array<string> = [

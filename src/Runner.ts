@@ -31,7 +31,7 @@ import { makeTurnClock } from "./runner/TurnLog.js"
 import type { Actor, ActorState, RunnerEnv } from "./runner/Actor.js"
 import { ClientGateway } from "./runner/ClientGateway.js"
 import type { StartedTurn } from "./runner/ClientGateway.js"
-import { currentTurn, findStartedTurn, historyOf, isCommitted } from "./runner/Lookup.js"
+import { currentTurn, findStartedTurn, historyOf, holdsHistory, isCommitted } from "./runner/Lookup.js"
 import { recover, resume } from "./runner/Recovery.js"
 import type { RunnerOptions } from "./runner/Options.js"
 import { step, stepStream } from "./runner/Step.js"
@@ -83,6 +83,11 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
   readonly currentTurn: (conversationId: string) => Effect.Effect<Option.Option<StartedTurn>>
   /** A conversation's model-visible history (empty for one this server does not know): a past chat attached to a message. */
   readonly historyOf: (conversationId: string) => Effect.Effect<ReadonlyArray<Message>>
+  /**
+   * Whether the server holds what a client's checkpoint names of a conversation's history
+   * (`promptIds`): its own turns, or stored messages to fork from. False: only the client does.
+   */
+  readonly holdsHistory: (conversationId: string, promptIds: ReadonlyArray<string>) => Effect.Effect<boolean>
   /** Whether `inputId` is committed on the conversation (so a redelivery of it changes nothing). A store failure is logged and answers false. */
   readonly isCommitted: (conversationId: string, inputId: string) => Effect.Effect<boolean>
   /** Resumes what a previous process left in flight; run once at startup. */
@@ -254,6 +259,7 @@ export const make = (options: RunnerOptions) =>
       findStartedTurn: findStartedTurn(env),
       currentTurn: currentTurn(env),
       historyOf: historyOf(env),
+      holdsHistory: holdsHistory(env),
       isCommitted: isCommitted(env),
       recover: recover(env),
       awaitIdle

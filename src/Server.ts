@@ -11,11 +11,13 @@ import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Effect, FiberRef, Layer, Option } from "effect"
 import { URGENT } from "./internal/Scheduler.js"
 import type { ConfigSource, ServerConfig } from "./Config.js"
+import * as ContextUsage from "./ContextUsage.js"
 import * as Live from "./config/Live.js"
 import { LiveConfig } from "./config/Live.js"
 import type { ToolCall, ToolResultMessage } from "./Llm.js"
 import * as Console from "./Console.js"
 import * as Dialect from "./Dialect.js"
+import * as Drift from "./Drift.js"
 import * as FaultInjection from "./FaultInjection.js"
 import * as Hookup from "./Hookup.js"
 import type { CompactionPolicy } from "./loop/Segments.js"
@@ -190,7 +192,9 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
   const sideRoutes = Layer.unwrapEffect(Effect.gen(function*() {
     const { current } = yield* LiveConfig
     const naming = yield* Naming.make(() => current().router)
-    return SideRpcs.layerRoutes(() => ({ ...catalogue(current()), naming }))
+    const contextUsage = yield* ContextUsage.make
+    const source = () => ({ ...catalogue(current()), naming, contextUsage })
+    return Layer.merge(SideRpcs.layerRoutes(source), Front.layerRpcs(SideRpcs.rpcTable(source)))
   }))
   // The agent calls are not routes of the app: the front door sends them to their wire (`Front.layer`).
   const routes = Layer.mergeAll(sideRoutes, Metrics.layerRoutes, Console.layerRoutes)
@@ -203,6 +207,8 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
   )
   return Layer.merge(http, Front.layer).pipe(
     Layer.provide(Recovery),
+    // The warning for each kind of unknown client field, once (`Drift.ts`).
+    Layer.provide(Drift.layerLog),
     Layer.provideMerge(Transport.layer),
     Layer.provideMerge(Door.layer),
     Layer.provideMerge(core),

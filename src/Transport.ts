@@ -13,6 +13,7 @@
 import { Duration, Effect, Either, FiberSet, Layer, Option, Queue, Schedule } from "effect"
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage } from "./Dialect.js"
+import * as Drift from "./Drift.js"
 import { ClientGateway, Runner } from "./Runner.js"
 import { SessionInput } from "./Session.js"
 import { awaitSettled } from "./transport/Acks.js"
@@ -54,8 +55,8 @@ export const make = Effect.gen(function*() {
   yield* FiberSet.run(background, Effect.forever(Effect.flatMap(Queue.take(sessions.adoptions), (session) => Recovery.adoptHeld(env, session))))
 
   /** An append: its answer at once when the driver takes it in this call (`acceptNow`), else the effect that takes it. */
-  const bidiAppend = (body: Uint8Array, parent?: Dialect.ParentLink): Uint8Array | Effect.Effect<Uint8Array, ConnectError> => {
-    const frame = Dialect.decodeBidiAppendFrame(body)
+  const bidiAppend = (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string): Uint8Array | Effect.Effect<Uint8Array, ConnectError> => {
+    const frame = Dialect.decodeBidiAppendFrame(body, Drift.sinkFor(clientVersion))
     if (Either.isLeft(frame)) return Effect.fail(new ConnectError("invalid_argument", frame.left.message))
     const { requestId, appendSeqno, message } = frame.right
     if (appendSeqno < 0n || appendSeqno > BigInt(Number.MAX_SAFE_INTEGER)) {
@@ -100,13 +101,13 @@ export const make = Effect.gen(function*() {
   const output = (session: Session): AttachOutput => (sink) =>
     session.channel.attachSink(sink, { frame: HEARTBEAT_FRAME, interval: Duration.millis(options.heartbeatMs) })
 
-  const runSse = (body: Uint8Array, parent?: Dialect.ParentLink) =>
+  const runSse = (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string) =>
     Effect.gen(function*() {
       const envelopes = parseEnvelopes(body, options.runSseMaxBytes)
       if (envelopes instanceof ConnectError) return yield* Effect.fail(envelopes)
       const first = envelopes[0]
       if (first === undefined) return yield* Effect.fail(new ConnectError("invalid_argument", "RunSSE request has no message"))
-      const requestId = Dialect.decodeRunSseRequest(first.payload)
+      const requestId = Dialect.decodeRunSseRequest(first.payload, Drift.sinkFor(clientVersion))
       if (Either.isLeft(requestId)) return yield* Effect.fail(new ConnectError("invalid_argument", requestId.left.message))
       const session = yield* readerSession(requestId.right)
       linkParent(session, parent)

@@ -59,6 +59,7 @@ import {
   resolveKv,
   toFrame,
   todosOf,
+  turnInputOf,
   turnUserMessageOf,
   withContextParts,
   withRequestId,
@@ -206,6 +207,31 @@ describe("decodeBidiAppend", () => {
     assert.deepStrictEqual(mcpToolsOf(start.settings).map((tool) => tool.name), ["gh"])
     // settings must be plain JSON: the store persists them
     assert.deepStrictEqual(JSON.parse(JSON.stringify(start.settings)), start.settings)
+  })
+
+  it("a run request's checkpoint, as bytes: absent names no history (the store's continues); present, the ids of its root prompt messages, none included", () => {
+    const runWith = (conversationState?: MessageInitShape<typeof ConversationStateStructureSchema>) =>
+      decodeMessage("RunRequest", {
+        case: "runRequest",
+        value: {
+          conversationId: "c",
+          ...(conversationState !== undefined ? { conversationState } : {}),
+          action: { action: { case: "userMessageAction", value: { userMessage: { text: "hi", messageId: "m" } } } }
+        }
+      })
+    const historyOf = (run: ReturnType<typeof runWith>) => {
+      const input = turnInputOf(run, "req")
+      if (input?._tag !== "Start") return assert.fail(`expected Start, got ${input?._tag}`)
+      return input.clientHistory
+    }
+    // protobuf-es decodes an absent message field as undefined, and a present empty one (0a00) as a message.
+    const absent = runWith()
+    assert.isUndefined(absent.conversationState)
+    assert.isUndefined(historyOf(absent))
+    const empty = runWith({})
+    assert.isDefined(empty.conversationState)
+    assert.deepStrictEqual(historyOf(empty), { promptIds: [] })
+    assert.deepStrictEqual(historyOf(runWith({ rootPromptMessagesJson: [new Uint8Array([0xab, 0x01])], turns: [new Uint8Array([1])] })), { promptIds: ["ab01"] })
   })
 
   it("a resume run request carries no user message", () => {

@@ -14,6 +14,7 @@ import {
   SUMMARY_OPEN
 } from "../src/Loop.js"
 import type { Command, CompactionPolicy, Policy, RuntimeState, Transition, TurnSettings } from "../src/Loop.js"
+import { buildPrompt, buildTools } from "../src/Prompt.js"
 import { testPolicy } from "./support/LoopScenario.js"
 
 const knobs = (window: number | undefined, overrides: Partial<CompactionPolicy> = {}): CompactionPolicy => ({
@@ -98,6 +99,39 @@ describe("Loop: the user's summarize", () => {
     const instruction = summary.request.messages[history.length]!
     assert.strictEqual(instruction.role, "user")
     assert.include(JSON.stringify(instruction), "keep the file names")
+  })
+
+  it("a summarize whose request carries less than the conversation's settings (no workspace, rules or MCP tools, another mode) sends the last call's system prompt and tools", () => {
+    const d = driver({ ...policyWith(knobs(undefined)), buildPrompt, buildTools })
+    const conversation: TurnSettings = {
+      model: "fake-model",
+      mode: "ask",
+      workspace: { workspacePaths: ["/w"], projectFolder: "/w", osVersion: "linux", shell: "bash", timeZone: "UTC", terminalsFolder: "" },
+      rules: [{ path: "/w/AGENTS.md", content: "Answer briefly." }],
+      mcpTools: [{ name: "gh_search", description: "Search GitHub", providerIdentifier: "gh", toolName: "search", inputSchema: { type: "object" } }],
+      requestId: "req-2",
+      userMessageId: "m-2"
+    }
+    const start = (prompt: string) => d.feed(Input.Start({ message: user(prompt), context: [], settings: conversation }))
+    start("first question")
+    d.done(answer([text("first answer")]))
+    const last = expectTag(start("second question").command, "CallLlm").request
+    d.done(answer([text("second answer")]))
+    assert.include(last.systemPrompt, "<environment>")
+    assert.include(last.systemPrompt, "Answer briefly.")
+
+    const bare: TurnSettings = { model: "fake-model", mode: "agent", requestId: "req-3" }
+    const summary = expectTag(d.feed(Input.Summarize({ instructions: "", settings: bare })).command, "CallLlm")
+    assert.strictEqual(summary.purpose, "summary")
+    assert.strictEqual(summary.request.systemPrompt, last.systemPrompt)
+    assert.strictEqual(JSON.stringify(summary.request.tools), JSON.stringify(last.tools))
+    assert.isTrue(bytesOf(summary.request.messages).startsWith(bytesOf(last.messages)))
+    // The turn answers the summarize request, in the conversation's own settings.
+    const turn = d.state.committed.settings!
+    assert.strictEqual(turn.requestId, "req-3")
+    assert.isUndefined(turn.userMessageId)
+    assert.strictEqual(turn.mode, "ask")
+    assert.deepStrictEqual(turn.workspace, conversation.workspace)
   })
 
   it("a summary opens a new segment [summary, verbatim tail] at the end of the journal and ends the turn with no answer", () => {
@@ -338,6 +372,21 @@ describe("Loop: rewind", () => {
     assert.deepStrictEqual(expectTag(t.command, "CallLlm").request.messages, [user("first, edited")])
   })
 
+  it("without the client's history (a run request with no checkpoint at all) the stored history continues, for a new turn and a summarize", () => {
+    const d = driver(policyWith(knobs(undefined)))
+    d.turn("first question", "first answer")
+    d.turn("second question", "second answer")
+    const all = d.state.committed.messages
+    const t = d.feed(Input.Start({ message: user("third question"), context: [], settings }))
+    assert.deepStrictEqual(expectTag(t.command, "CallLlm").request.messages.map(serializeMessage), [...all, user("third question")].map(serializeMessage))
+    d.done(answer([text("third answer")]))
+    const history = d.state.committed.messages
+    assert.strictEqual(history.length, 6)
+    const summary = expectTag(d.feed(Input.Summarize({ instructions: "", settings })).command, "CallLlm")
+    assert.deepStrictEqual(summary.request.messages.slice(0, history.length), history)
+    assert.strictEqual(d.state.committed.segment.kind, "origin")
+  })
+
   it("the same history, a foreign one, or one naming what a failed turn added change nothing", () => {
     const d = driver(policyWith(knobs(undefined)))
     d.turn("first question", "first answer")
@@ -400,6 +449,52 @@ describe("Loop: a forked chat", () => {
       clientHistory: { promptIds: promptIds(before), seed: { conversationId: "source", messages: source } }
     }))
     assert.deepStrictEqual(expectTag(u.command, "CallLlm").request.messages, [...before, user("y")])
+  })
+})
+
+describe("Loop: a history imported from the client", () => {
+  const imported = [user("which files?"), answer([text("Let me look."), call("ls")], 10, "toolUse"), result("ls"), answer([text("two files")])]
+
+  it("a new conversation's first turn continues from it as an import segment, its system prompt replacing the built one for good", () => {
+    const d = driver(policyWith(knobs(undefined)))
+    const t = d.feed(Input.Start({
+      message: user("and now?"),
+      context: [],
+      settings,
+      clientHistory: { promptIds: ["s", "a", "b", "c", "d"], imported: { messages: imported, systemPrompt: "the client's own prompt" } }
+    }))
+    const request = expectTag(t.command, "CallLlm").request
+    assert.deepStrictEqual(request.messages, [...imported, user("and now?")])
+    assert.strictEqual(request.systemPrompt, "the client's own prompt")
+    assert.deepStrictEqual(d.state.committed.segment, { start: 0, kind: "import", turnId: "c/t1", replaced: 0, kept: 4 })
+    assert.strictEqual(d.state.committed.turnStart, 4)
+    d.done(answer([text("still two")]))
+    // The next turn (the client now names the server's own ids) keeps the history and the prompt.
+    const u = d.feed(Input.Start({ message: user("sure?"), context: [], settings, clientHistory: { promptIds: d.state.committed.messages.map((m) => messageHash(m)) } }))
+    const next = expectTag(u.command, "CallLlm").request
+    assert.strictEqual(next.systemPrompt, "the client's own prompt")
+    assert.deepStrictEqual(next.messages.slice(0, 4), imported)
+    d.done(answer([text("yes")]))
+    // A turn whose request carries a system_prompt_spec of its own follows it instead.
+    const spec = { ...settings, systemPromptSpec: { mode: "replace" as const, text: "a newer prompt" } }
+    const v = d.feed(Input.Start({ message: user("again"), context: [], settings: spec, clientHistory: { promptIds: d.state.committed.messages.map((m) => messageHash(m)) } }))
+    const third = expectTag(v.command, "CallLlm").request
+    assert.strictEqual(third.systemPrompt, testPolicy.buildPrompt({ conversationId: "c", turnId: d.state.committed.turnId, settings: spec }))
+    assert.notStrictEqual(third.systemPrompt, "the client's own prompt")
+  })
+
+  it("without a system message the built prompt stays; a conversation with history of its own ignores an import", () => {
+    const d = driver(policyWith(knobs(undefined)))
+    const t = d.feed(Input.Start({ message: user("x"), context: [], settings, clientHistory: { promptIds: ["a"], imported: { messages: imported } } }))
+    assert.strictEqual(expectTag(t.command, "CallLlm").request.systemPrompt, testPolicy.buildPrompt({ conversationId: "c", turnId: "c/t1", settings }))
+
+    const later = driver(policyWith(knobs(undefined)))
+    later.turn("first", "answer")
+    const before = later.state.committed.messages
+    const u = later.feed(Input.Start({ message: user("y"), context: [], settings, clientHistory: { promptIds: ["a"], imported: { messages: imported, systemPrompt: "p" } } }))
+    const request = expectTag(u.command, "CallLlm").request
+    assert.deepStrictEqual(request.messages, [...before, user("y")])
+    assert.notStrictEqual(request.systemPrompt, "p")
   })
 })
 

@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
-import { messagesHash } from "../src/Llm.js"
+import { messageHash, messagesHash } from "../src/Llm.js"
 import type { AssistantMessage, ResponseEvent, ToolCall, ToolResultMessage } from "../src/Llm.js"
-import { CANCELED_RESULT, CUT_OFF_RESULT, initialRuntime, Input, makeTransition, SUPERSEDED_RESULT } from "../src/Loop.js"
+import { CANCELED_RESULT, CUT_OFF_RESULT, initialRuntime, Input, makeTransition, SUPERSEDED_REASON, SUPERSEDED_RESULT } from "../src/Loop.js"
 import type { Command, RuntimeState, Transition, TurnSettings } from "../src/Loop.js"
 import { testPolicy, testTools } from "./support/LoopScenario.js"
 
@@ -304,5 +304,51 @@ describe("Loop: cancel, follow-ups and superseding turns", () => {
     assert.strictEqual(next.callId, "c/t2/c0")
     const closing = next.request.messages[2]!
     assert.deepStrictEqual(closing.role === "toolResult" ? closing.content : null, [{ type: "text", text: SUPERSEDED_RESULT }])
+  })
+
+  it("a new turn while the model streams keeps the streamed text as the partial answer, before the queued and the new message; thinking and tool calls are dropped", () => {
+    const streaming = last(run(started().state,
+      ev({ _tag: "Start" }),
+      ev({ _tag: "ThinkingDelta", index: 0, delta: "hmm" }),
+      ev({ _tag: "TextDelta", index: 1, delta: "Here are " }),
+      Input.UserMessage({ message: user("and the tests") }),
+      ev({ _tag: "TextDelta", index: 1, delta: "the files" }),
+      ev({ _tag: "ToolCallStart", index: 2, id: "t1", name: "read" }),
+      ev({ _tag: "ToolCallDelta", index: 2, delta: "{\"pa" }))).state
+    const t = transition(streaming, Input.Start({ message: user("never mind"), context: [], settings }))
+    const next = expectTag(t.command, "CallLlm")
+    assert.strictEqual(next.callId, "c/t2/c0")
+    assert.deepStrictEqual(t.settles.modelCall, { callId: "c/t1/c0", status: "canceled", error: SUPERSEDED_REASON })
+    assert.deepStrictEqual(next.request.messages.map((m) => m.role === "assistant" ? m.content : m.role), [
+      "user",
+      [{ type: "text", text: "Here are the files" }],
+      "user",
+      "user"
+    ])
+    assert.deepStrictEqual(next.request.messages.slice(2), [user("and the tests"), user("never mind")])
+    assert.strictEqual(t.state.committed.turnStart, 3)
+    assert.isNull(t.state.pending)
+    // Late events of the superseded call change nothing.
+    const late = transition(t.state, ev({ _tag: "Done", reason: "stop", message: answer([{ type: "text", text: "Here are the files" }]) }))
+    assert.strictEqual(late.state, t.state)
+  })
+
+  it("a new turn that rewinds while the model streams opens its segment where the journal ends: the partial answer is past the prefix it keeps", () => {
+    const rewinding = makeTransition({ ...testPolicy, promptIdOf: (message) => messageHash(message) })
+    let state = rewinding(initialRuntime("c"), Input.Start({ message: user("one"), context: [], settings })).state
+    state = rewinding(state, ev({ _tag: "Done", reason: "stop", message: answer([{ type: "text", text: "first answer" }]) })).state
+    state = rewinding(state, Input.Start({ message: user("two"), context: [], settings })).state
+    state = rewinding(state, Input.LlmEvent({ callId: "c/t2/c0", event: { _tag: "TextDelta", index: 0, delta: "half" } })).state
+    const stored = state.committed.messages.length
+    const t = rewinding(state, Input.Start({ message: user("one, edited"), context: [], settings, clientHistory: { promptIds: [] } }))
+    const segment = t.state.committed.segment
+    assert.deepStrictEqual([segment.kind, segment.start, segment.kept], ["rewind", stored, 0])
+    assert.deepStrictEqual(expectTag(t.command, "CallLlm").request.messages, [user("one, edited")])
+  })
+
+  it("a new turn before the model streamed any text leaves no partial answer", () => {
+    const streaming = last(run(started().state, ev({ _tag: "Start" }), ev({ _tag: "ThinkingDelta", index: 0, delta: "hmm" }))).state
+    const t = transition(streaming, Input.Start({ message: user("never mind"), context: [], settings }))
+    assert.deepStrictEqual(expectTag(t.command, "CallLlm").request.messages, [user("list the files"), user("never mind")])
   })
 })

@@ -1,11 +1,11 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, Exit, Layer, Option, Ref, Scope } from "effect"
+import { Context, Deferred, Effect, Exit, Layer, Option, Ref, Scope } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { canonicalJson, serializeMessage } from "../src/Llm.js"
 import type { ToolCall, ToolResultMessage } from "../src/Llm.js"
-import { Command, Input } from "../src/Loop.js"
+import { Command, Input, SUPERSEDED_REASON } from "../src/Loop.js"
 import type { TurnSettings } from "../src/Loop.js"
 import * as RunnerModule from "../src/Runner.js"
 import { Runner, StartedTurn } from "../src/Runner.js"
@@ -170,6 +170,47 @@ describe("Runner", () => {
       const byTurn = gateway.log.finished.map((f) => [f.turn.turnId, f.outcome._tag])
       assert.deepStrictEqual(byTurn, [["b/t1", "Canceled"], ["b/t2", "Final"]])
       assert.strictEqual(yield* Ref.get(llm.interrupted), 1)
+    }))
+
+  /**
+   * The first call's stream is slow to close once interrupted (`closing`): the second call must
+   * not open before it has. `settle` is what comes between the two turns (a new turn at once, or
+   * a cancel and then a new turn); the first call has streamed "Half an".
+   */
+  const oneStreamAtATime = (settle: ReadonlyArray<Input>) =>
+    Effect.gen(function*() {
+      const closing = yield* Deferred.make<void>()
+      const streamed: Script = { _tag: "Stall", events: [{ _tag: "Start" }, { _tag: "TextDelta", index: 0, delta: "Half an" }], closing }
+      const { gateway, llm, runner, store } = yield* harness([streamed, text("second answer")])
+      yield* runner.submit("conv", start("first"), "r1:0")
+      yield* Effect.repeat(Effect.sync(() => gateway.log.published.flatMap((p) => p.events).length), { until: (n) => n >= 2 })
+      yield* Effect.forEach(settle, (input, index) => runner.submit("conv", input, `r2:${index}`), { discard: true })
+      // Not a duration asserted: a bounded wait for the second call, which must not come while the first is closing.
+      yield* Effect.repeat(Ref.get(llm.calls), { until: (calls) => calls.length === 2 }).pipe(Effect.timeout("300 millis"), Effect.ignore)
+      assert.strictEqual((yield* Ref.get(llm.calls)).length, 1, "the second model call opened while the first one's stream was still closing")
+      yield* Deferred.succeed(closing, undefined)
+      yield* Effect.repeat(Effect.sync(() => gateway.log.finished.length), { until: (n) => n >= 2 })
+      assert.strictEqual(yield* Ref.get(llm.peakOpen), 1)
+      // And every stream closes in the end (the second's once its turn ended).
+      yield* Effect.repeat(Effect.sync(() => llm.openOf("conv")), { until: (n) => n === 0 })
+      return { finished: gateway.log.finished, calls: yield* Ref.get(llm.calls), state: yield* history(store, "conv") }
+    })
+
+  it.scopedLive("a new turn on a streaming conversation: the old stream has closed before the new call opens; its streamed text is kept as its partial answer", () =>
+    Effect.gen(function*() {
+      const { calls, finished, state } = yield* oneStreamAtATime([start("second")])
+      assert.deepStrictEqual(finished.map((f) => [f.turn.turnId, f.outcome._tag]), [["conv/t1", "Canceled"], ["conv/t2", "Final"]])
+      const canceled = finished[0]!.outcome
+      assert.strictEqual(canceled._tag === "Canceled" ? canceled.reason : "", SUPERSEDED_REASON)
+      assert.deepStrictEqual(calls[1]!.request.messages.map((m) => m.role === "assistant" ? m.content : m.role), ["user", [{ type: "text", text: "Half an" }], "user"])
+      assert.deepStrictEqual(state.messages.map((m) => m.role), ["user", "assistant", "user", "assistant"])
+    }))
+
+  it.scopedLive("a cancel and a new turn at once: the canceled stream has closed before the new call opens; a cancel keeps no partial answer", () =>
+    Effect.gen(function*() {
+      const { calls, finished } = yield* oneStreamAtATime([Input.Cancel({ reason: "user_stopped_generation" }), start("second")])
+      assert.deepStrictEqual(finished.map((f) => [f.turn.turnId, f.outcome._tag]), [["conv/t1", "Canceled"], ["conv/t2", "Final"]])
+      assert.deepStrictEqual(calls[1]!.request.messages.map((m) => m.role), ["user", "user"])
     }))
 })
 

@@ -3,13 +3,16 @@
  * configuration: the conversations and their totals, the turns running now, the models with
  * their recent errors and time to first delta, the usage of the last days, and one
  * conversation's turns and model calls with each call's prefix status (for a break, the first
- * differing byte of the two rebuilt requests). Read-only.
+ * differing byte of the two rebuilt requests), and the kinds of unknown fields clients sent
+ * (`Drift.ts`). Read-only.
  *
  * Of the configuration only ids, wire APIs, upstream model names and base URLs are read: never
  * a key.
  */
 import { Effect, Option } from "effect"
 import type { ServerConfig } from "../Config.js"
+import { kindsSeen } from "../Drift.js"
+import type { DriftKind } from "../Drift.js"
 import type { Message } from "../Llm.js"
 import type { CallInsight, ConversationInsight, RecentCall, SegmentRecord, StoreService } from "../Store.js"
 import { firstDifference, prefixStatuses } from "../store/Prefix.js"
@@ -56,6 +59,8 @@ export interface Overview {
   readonly running: ReadonlyArray<RunningTurn>
   readonly models: ReadonlyArray<ModelFigures>
   readonly buckets: ReadonlyArray<Bucket>
+  /** The kinds of unknown fields clients sent since the process started (protocol drift). */
+  readonly drift?: ReadonlyArray<DriftKind>
 }
 
 /** A prefix status, with the first differing byte and its part measured for a break. */
@@ -147,7 +152,8 @@ export const overview = Effect.fn("Console.overview")(function*(
     conversations,
     running: runningTurns(sessions),
     models: modelFigures(config, calls),
-    buckets: bucketsOf(calls, range, nowMs)
+    buckets: bucketsOf(calls, range, nowMs),
+    drift: kindsSeen()
   } satisfies Overview
 })
 

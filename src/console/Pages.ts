@@ -64,6 +64,21 @@ const modelsSection = (overview: Overview, links: Links) =>
 <td>${m.errors.length === 0 ? html`<span class="muted">none</span>` : m.errors.map((e) =>
       html`<div class="bad"><span class="muted">${formatAgo(e.atMs, overview.nowMs)}</span> <a href="${links.to(conversationPath(e.conversationId))}">${shorten(e.conversationId, 24)}</a>: ${shorten(e.message, 200)}</div>`)}</td></tr>`)}</tbody></table></section>`
 
+const WIRE_TYPES = ["varint", "64-bit", "length-delimited", "group start", "group end", "32-bit"]
+
+/** The kinds of unknown fields clients sent (`Drift.ts`): what a newer Cursor added that this server does not read. */
+export const driftSection = (overview: Overview): Markup => {
+  const kinds = overview.drift ?? []
+  return html`<section id="drift" data-count="${kinds.length}"><h2>Protocol drift <span class="muted">(fields of client messages this server's schema does not know, since it started)</span></h2>
+<table><thead><tr><th>Type</th><th class="num">Field</th><th>Wire type</th><th class="num">Count</th><th>First seen</th><th>Client version</th><th>Note</th></tr></thead>
+<tbody>${kinds.length === 0
+    ? html`<tr><td colspan="7" class="muted">None: every client message decoded fully.</td></tr>`
+    : kinds.map((k) =>
+      html`<tr data-drift="${k.type}#${k.field}#${k.clientVersion}"><td><code>${k.type}</code></td><td class="num">${k.field}</td><td>${k.wireType} (${WIRE_TYPES[k.wireType] ?? "?"})</td>
+<td class="num">${formatInt(k.count)}</td><td title="${formatTime(k.firstSeenMs)} UTC">${formatAgo(k.firstSeenMs, overview.nowMs)}</td><td><code>${k.clientVersion}</code></td>
+<td>${k.unsetOneof === undefined ? null : html`oneof <code>${k.unsetOneof}</code> unset: a new case?`}</td></tr>`)}</tbody></table></section>`
+}
+
 const chartsSection = (overview: Overview, links: Links) =>
   html`<section id="usage"><h2>Usage <span class="muted">(UTC; ${overview.range === "48h" ? "per hour, last 48 hours" : "per day, last 14 days"})</span>
 <a href="${links.to("/console", { range: "48h" })}">48 h</a> &middot; <a href="${links.to("/console", { range: "14d" })}">14 days</a></h2>${chartsOf(overview.buckets, overview.range)}</section>`
@@ -73,7 +88,7 @@ export const overviewPage = (overview: Overview, links: Links, nonce: string): s
     title: "Overview",
     home: links.to("/console"),
     nonce,
-    body: html`${runningSection(overview, links)}${conversationsSection(overview, links)}${modelsSection(overview, links)}${chartsSection(overview, links)}`,
+    body: html`${runningSection(overview, links)}${conversationsSection(overview, links)}${modelsSection(overview, links)}${driftSection(overview)}${chartsSection(overview, links)}`,
     script: runningScript(links.to("/console/api/running"), links.to("/console/conversations/"))
   })
 

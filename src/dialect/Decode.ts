@@ -2,7 +2,8 @@
  * Decoding what the client sends: a BidiAppend body to its frame `{ requestId, appendSeqno,
  * message }` (and the append's empty answer), and a RunSSE request to its request id. Never throws:
  * bad bytes give a typed `DialectError`, and a oneof case from a newer client gives
- * `ClientMessage.Unknown` (log and drop).
+ * `ClientMessage.Unknown` (log and drop). Given an `UnknownSink`, each decoded message's unknown
+ * fields, nested ones included, are told to it (`Unknowns.ts`; the transport's counts them).
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import { Either } from "effect"
@@ -22,45 +23,53 @@ import { ClientMessage } from "./ClientMessage.js"
 import type { BidiAppendFrame, BidiEnvelope } from "./ClientMessage.js"
 import { asyncAnswersMessageOf, backgroundCompletionsMessageOf } from "./Plans.js"
 import { decodeRunRequest } from "./RunRequest.js"
+import { walkUnknown } from "./Unknowns.js"
+import type { UnknownSink } from "./Unknowns.js"
 import { toLlmUserMessage } from "./UserMessage.js"
 
 /** Decodes a BidiAppend request body (already gunzipped by the transport): the whole of it, or the first thing wrong. */
-export const decodeBidiAppend = (body: Uint8Array): Either.Either<BidiEnvelope, DialectError> =>
-  Either.flatMap(decodeBidiAppendFrame(body), ({ message, ...frame }) => Either.map(message, (message): BidiEnvelope => ({ ...frame, message })))
+export const decodeBidiAppend = (body: Uint8Array, found?: UnknownSink): Either.Either<BidiEnvelope, DialectError> =>
+  Either.flatMap(decodeBidiAppendFrame(body, found), ({ message, ...frame }) => Either.map(message, (message): BidiEnvelope => ({ ...frame, message })))
 
 /**
  * Decodes a BidiAppend request body to its frame: not protobuf, or no request id, is an error;
  * a message that cannot be read (bad hex, no data, an undecodable `AgentClientMessage`) is the
  * frame's `message` error, so its seqno is still taken.
  */
-export const decodeBidiAppendFrame = (body: Uint8Array): Either.Either<BidiAppendFrame, DialectError> =>
+export const decodeBidiAppendFrame = (body: Uint8Array, found?: UnknownSink): Either.Either<BidiAppendFrame, DialectError> =>
   Either.flatMap(parse("BidiAppendRequest", () => fromBinary(BidiAppendRequestSchema, body)), (request) => {
+    if (found !== undefined) walkUnknown(BidiAppendRequestSchema, request, found)
     const requestId = request.requestId?.requestId ?? ""
     if (requestId === "") return fail("missingField", "BidiAppendRequest.request_id is missing")
-    return Either.right({ requestId, appendSeqno: request.appendSeqno, message: messageOf(request) })
+    return Either.right({ requestId, appendSeqno: request.appendSeqno, message: messageOf(request, found) })
   })
 
 /** The message of a parsed `BidiAppendRequest` (`data` hex, or `data_binary` raw bytes). */
-const messageOf = (request: BidiAppendRequest): Either.Either<ClientMessage, DialectError> => {
+const messageOf = (request: BidiAppendRequest, found: UnknownSink | undefined): Either.Either<ClientMessage, DialectError> => {
   if (request.appendSeqno < 0n) return fail("missingField", `BidiAppendRequest.append_seqno is negative (${request.appendSeqno})`)
   let bytes: Either.Either<Uint8Array, DialectError>
   if (request.data !== "") bytes = hexToBytes(request.data)
   else if (request.dataBinary.length > 0) bytes = Either.right(request.dataBinary)
   else return fail("missingField", "BidiAppendRequest carries neither data nor data_binary")
-  return Either.flatMap(bytes, decodeClientMessage)
+  return Either.flatMap(bytes, (bytes) => decodeClientMessage(bytes, found))
 }
 
 /** A BidiAppend's answer: the empty `BidiAppendResponse`. */
 export const BIDI_APPEND_RESPONSE: Uint8Array = toBinary(BidiAppendResponseSchema, create(BidiAppendResponseSchema))
 
 /** Decodes the RunSSE request payload (one `BidiRequestId`) to its request id. */
-export const decodeRunSseRequest = (payload: Uint8Array): Either.Either<string, DialectError> =>
-  Either.flatMap(parse("BidiRequestId", () => fromBinary(BidiRequestIdSchema, payload)), ({ requestId }) =>
-    requestId === "" ? fail("missingField", "BidiRequestId.request_id is missing") : Either.right(requestId))
+export const decodeRunSseRequest = (payload: Uint8Array, found?: UnknownSink): Either.Either<string, DialectError> =>
+  Either.flatMap(parse("BidiRequestId", () => fromBinary(BidiRequestIdSchema, payload)), (request) => {
+    if (found !== undefined) walkUnknown(BidiRequestIdSchema, request, found)
+    return request.requestId === "" ? fail("missingField", "BidiRequestId.request_id is missing") : Either.right(request.requestId)
+  })
 
 /** Decodes the bytes of one `AgentClientMessage`. */
-export const decodeClientMessage = (bytes: Uint8Array): Either.Either<ClientMessage, DialectError> =>
-  Either.flatMap(parse("AgentClientMessage", () => fromBinary(AgentClientMessageSchema, bytes)), fromClientMessage)
+export const decodeClientMessage = (bytes: Uint8Array, found?: UnknownSink): Either.Either<ClientMessage, DialectError> =>
+  Either.flatMap(parse("AgentClientMessage", () => fromBinary(AgentClientMessageSchema, bytes)), (message) => {
+    if (found !== undefined) walkUnknown(AgentClientMessageSchema, message, found)
+    return fromClientMessage(message)
+  })
 
 const unknownCase = (where: string, message: { readonly $unknown?: ReadonlyArray<{ readonly no: number }> | undefined }) => {
   const fields = unknownFields(message)
@@ -151,7 +160,18 @@ const TERMINAL_SHELL_EVENTS: ReadonlyArray<string> = ["exit", "backgrounded", "r
 const decodeExecClientMessage = (exec: ExecClientMessage): Decoded => {
   const execId = exec.execId === "" ? undefined : exec.execId
   const reply = exec.message
-  if (reply.case === undefined) return unknownCase("ExecClientMessage", exec)
+  if (reply.case === undefined) {
+    // A result of a kind this server cannot read (a newer client's, e.g. 56 `adopt_result`) for
+    // an exec it sent: the call fails as if the client had thrown, never waiting for a result.
+    const field = unknownFields(exec)[0]
+    return exec.id === 0
+      ? unknownCase("ExecClientMessage", exec)
+      : Either.right(ClientMessage.ExecThrow({
+        id: exec.id,
+        error: `it answered with a kind of result this server cannot read${field === undefined ? "" : ` (field ${field})`}`,
+        errorCode: "unknown_result"
+      }))
+  }
   if (reply.case !== "shellStream") return Either.right(ClientMessage.ExecResult({ id: exec.id, execId, reply }))
   const event = reply.value.event
   if (event.case === undefined) return unknownCase("ShellStream", reply.value)

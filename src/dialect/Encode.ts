@@ -22,18 +22,28 @@ import { canceled, EndStream, providerFailure } from "./EndStream.js"
  * tool call streams as `partial_tool_call` (the empty typed case first, then the argument
  * text deltas); `tool_call_started` comes later, when the tool actually runs
  * (`encodeToolStarted`). `Done` only adds its usage to the sum; `Error` writes nothing (the
- * turn's end-stream reports it).
+ * turn's end-stream reports it). `Start` writes `routed_model` when the router says another model
+ * answers and the client shows it.
  */
 export const encodeResponseEvent = (
   correlation: TurnCorrelation,
   callId: string,
   event: ResponseEvent,
-  options: { readonly nowMs: number; readonly mcpTools: ReadonlyArray<McpToolDescriptor> }
+  options: {
+    readonly nowMs: number
+    readonly mcpTools: ReadonlyArray<McpToolDescriptor>
+    /** The client shows which model answered (`client_supports_routed_model_update`). */
+    readonly routedModelUpdates?: boolean | undefined
+  }
 ): Encoded => {
   const current = correlation.modelCallId === callId ? correlation : { ...correlation, modelCallId: callId, toolCalls: [] }
   const none: Encoded = { correlation: current, messages: [] }
   switch (event._tag) {
     case "Start":
+      // `routed_model` (24) when the model that answers is not the one picked, to a client that says it shows it.
+      return options.routedModelUpdates === true && event.routedModel !== undefined
+        ? { correlation: current, messages: [update({ case: "routedModel", value: { displayName: event.routedModel } })] }
+        : none
     case "TextStart":
     case "TextEnd":
     case "ToolCallEnd":

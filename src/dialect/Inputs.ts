@@ -67,7 +67,12 @@ const withServerTools = (settings: TurnSettings, server: TurnWebTools): TurnSett
   return { ...settings, webTools: { search: client.search && server.search, fetch: client.fetch && server.fetch } }
 }
 
-/** The history the client's checkpoint names: its prompt-message blob ids (see `Checkpoint.promptIdOf`). */
+/**
+ * The history the client's checkpoint names: its prompt-message blob ids (see
+ * `Checkpoint.promptIdOf`), none included (the state before a first turn). No checkpoint at all
+ * (the field absent, which protobuf-es decodes as `undefined`, unlike an empty message) names no
+ * history: the stored one continues.
+ */
 const clientHistoryOf = (run: RunRequest): ClientHistory | undefined =>
   run.conversationState === undefined ? undefined : { promptIds: run.conversationState.rootPromptMessagesJson.map(bytesToHex) }
 

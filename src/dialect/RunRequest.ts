@@ -63,13 +63,22 @@ const schemaTextOf = (tool: McpToolDefinition): string => {
   return tool.inputSchema !== undefined ? JSON.stringify(toJson(ValueSchema, tool.inputSchema)) : ""
 }
 
-const mcpDescriptor = (tool: McpToolDefinition, schemaText: string): McpToolDescriptor => ({
-  name: tool.name,
-  description: tool.description,
-  providerIdentifier: tool.providerIdentifier,
-  toolName: tool.toolName,
-  inputSchema: (schemaText === "" ? undefined : parseSchema(schemaText)) ?? { type: "object", properties: {} }
-})
+/** An optional JSON field of a tool definition (`output_schema_json`, `annotations_json`), parsed; none when absent or not JSON. */
+const optionalJson = (text: string | undefined): unknown => (text === undefined || text === "" ? undefined : parseSchema(text))
+
+const mcpDescriptor = (tool: McpToolDefinition, schemaText: string): McpToolDescriptor => {
+  const outputSchema = optionalJson(tool.outputSchemaJson)
+  const annotations = optionalJson(tool.annotationsJson)
+  return {
+    name: tool.name,
+    description: tool.description,
+    providerIdentifier: tool.providerIdentifier,
+    toolName: tool.toolName,
+    inputSchema: (schemaText === "" ? undefined : parseSchema(schemaText)) ?? { type: "object", properties: {} },
+    ...(outputSchema !== undefined ? { outputSchema } : {}),
+    ...(annotations !== undefined ? { annotations } : {})
+  }
+}
 
 /**
  * MCP tool lists by what the client said of them, the 16 most recent: the run request brings the
@@ -83,7 +92,9 @@ const mcpLists = recentMap<string, ReadonlyArray<McpToolDescriptor>>(16)
 const mcpToolsOf = (definitions: ReadonlyArray<McpToolDefinition>): ReadonlyArray<McpToolDescriptor> => {
   if (definitions.length === 0) return []
   const texts = definitions.map(schemaTextOf)
-  const key = JSON.stringify(definitions.map((tool, i) => [tool.name, tool.description, tool.providerIdentifier, tool.toolName, texts[i]]))
+  const key = JSON.stringify(
+    definitions.map((tool, i) => [tool.name, tool.description, tool.providerIdentifier, tool.toolName, texts[i], tool.outputSchemaJson ?? "", tool.annotationsJson ?? ""])
+  )
   const known = mcpLists.get(key)
   if (known !== undefined) return known
   const tools: Array<McpToolDescriptor> = []
@@ -286,6 +297,7 @@ const decodeRunRequestIn = (
     modelParameters: parameters,
     maxMode: request.requestedModel?.maxMode ?? request.modelDetails?.maxMode ?? false,
     ...(request.customSystemPrompt !== undefined ? { customSystemPrompt: request.customSystemPrompt } : {}),
+    ...newerRunFieldsOf(request),
     // Not for the prompt: what the turn's checkpoint needs when a later process ends it (see `turnUserMessageOf`).
     userMessageId: userMessage?.messageId ?? "",
     ...(request.conversationState !== undefined ? { carriedCheckpoint: carriedCheckpointOption(request.conversationState) } : {})
@@ -347,6 +359,19 @@ const decodeRunRequestIn = (
     contextToFetch: contextToFetchOf(request),
     pastChatsToRead: (runUserMessageOf(request)?.selectedContext?.pastChats ?? []).map((chat) => chat.agentId).filter((id) => id !== ""),
     raw: request
+  }
+}
+
+/**
+ * What newer clients add to the run request (fields 26, 28, 29): the client's system prompt spec,
+ * its agent session id (kept), and whether it shows the model that answered.
+ */
+const newerRunFieldsOf = (request: AgentRunRequest): Partial<TurnSettings> => {
+  const spec = request.systemPromptSpec?.spec
+  return {
+    ...(spec?.case === "replace" || spec?.case === "append" ? { systemPromptSpec: { mode: spec.case, text: spec.value } } : {}),
+    ...(request.agentSessionId !== undefined && request.agentSessionId !== "" ? { agentSessionId: request.agentSessionId } : {}),
+    ...(request.clientSupportsRoutedModelUpdate === true ? { routedModelUpdates: true } : {})
   }
 }
 

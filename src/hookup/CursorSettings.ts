@@ -62,13 +62,31 @@ export const defaultJournalPath = (settingsPath: string): string => `${settingsP
 /** The top-level keys we set and the values we set them to, in the order they are added. */
 export type Desired = Readonly<Record<string, unknown>>
 
-export const desired = (options: { readonly proxyUrl: string; readonly disableHttp2: boolean }): Desired => ({
-  "http.proxy": options.proxyUrl,
+/** Cursor's Network → HTTP/1.1 switch: `true` runs the agent on RunSSE + BidiAppend, through `http.proxy`. */
+export const DISABLE_HTTP2 = "cursor.general.disableHttp2"
+
+/** The keys that send Cursor's HTTPS through the proxy and make it trust the OS's store (our CA). */
+export const proxyKeys = (proxyUrl: string): Desired => ({
+  "http.proxy": proxyUrl,
   "http.proxySupport": "on",
-  "http.experimental.systemCertificatesV2": true,
-  // Only when no HTTP/2 listener serves `Run`: Cursor's node:http2 client ignores http.proxy.
-  ...(options.disableHttp2 ? { "cursor.general.disableHttp2": true } : {})
+  "http.experimental.systemCertificatesV2": true
 })
+
+/**
+ * The proxy keys and Cursor's HTTP/2 switch, written either way: `true` by default (the hookup
+ * peer servers use with live Cursor builds), `false` for `setup --http2` (Cursor's node:http2
+ * client ignores http.proxy and reaches the TLS listener `GetServerConfig` names).
+ */
+export const desired = (options: { readonly proxyUrl: string; readonly disableHttp2: boolean }): Desired => ({
+  ...proxyKeys(options.proxyUrl),
+  [DISABLE_HTTP2]: options.disableHttp2
+})
+
+/** How Cursor runs its agent: `http1` is RunSSE + BidiAppend through `http.proxy`, `http2` is `Run` on its HTTP/2 client. */
+export type AgentPath = "http1" | "http2"
+
+/** The path a settings file selects: HTTP/1.1 only when the switch is `true` (Cursor's default is HTTP/2). */
+export const agentPathOf = (values: Readonly<Record<string, unknown>>): AgentPath => values[DISABLE_HTTP2] === true ? "http1" : "http2"
 
 // =============================================================================
 // The journal

@@ -2,11 +2,12 @@
  * `doctor`: one table of checks of the hookup, each failing one with its fix. The server and the
  * proxy are checked from outside, as Cursor reaches them (the proxy by a real CONNECT, TLS with
  * only our CA trusted, and a procedure it must answer locally); the CA, the OS's trust in it
- * and Cursor's settings from their files; each configured model by a one-token request.
+ * and Cursor's settings from their files (with the agent path they select: HTTP/1.1 through the
+ * proxy, or HTTP/2 on the TLS listener); each configured model by a one-token request.
  */
 import * as FileSystem from "@effect/platform/FileSystem"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Console, Duration, Effect, Option, Schema, Stream } from "effect"
+import { Console, Duration, Effect, Either, Option, Schema, Stream } from "effect"
 import * as Http from "node:http"
 import * as Tls from "node:tls"
 import * as Config from "../Config.js"
@@ -15,7 +16,7 @@ import { Llm } from "../Llm.js"
 import * as Router from "../llm/Router.js"
 import * as Ca from "./Ca.js"
 import * as CursorSettings from "./CursorSettings.js"
-import { desiredFor, settingsPathOf } from "./Setup.js"
+import { describePath, proxyUrlFor, settingsPathOf } from "./Setup.js"
 import { openTcp } from "./proxy/Upstream.js"
 import * as Trust from "./Trust.js"
 
@@ -114,6 +115,37 @@ const probeModel = (model: string) =>
     return `first token ${ttft} ms,${rate || " 1 token"}`
   })
 
+const show = (value: unknown) => value === undefined ? "absent" : JSON.stringify(value)
+
+/** Which agent path Cursor's settings select, and whether this configuration serves it there. */
+const pathCheck = (config: ServerConfig, values: Readonly<Record<string, unknown>>): Check => {
+  const name = "Cursor agent path"
+  const path = CursorSettings.agentPathOf(values)
+  const detail = `${describePath(config, path)}; ${CursorSettings.DISABLE_HTTP2} ${show(values[CursorSettings.DISABLE_HTTP2])}`
+  if (path === "http1") {
+    return config.proxy.port === undefined
+      ? check(name, "FAIL", `${detail}, but the proxy is off: Cursor's calls miss this server`, "turn proxy.port on (default 8788)")
+      : check(name, "ok", detail)
+  }
+  return config.http2.tls === undefined
+    ? check(name, "FAIL", `${detail}: Cursor's HTTP/2 agent client ignores http.proxy, so its agent calls miss this server`, "`cursor-byok setup` (HTTP/1.1 through the proxy), or turn http2.tls on")
+    : check(name, "ok", `${detail} (\`setup --http2\`; \`setup\` for HTTP/1.1, the path verified with live Cursor builds)`)
+}
+
+/** Cursor's settings: the proxy keys as setup writes them, and the agent path they select. */
+export const settingsChecks = (config: ServerConfig, settingsPath: string, text: string | undefined): ReadonlyArray<Check> => {
+  const values = CursorSettings.parseSettings(settingsPath, text ?? "")
+  if (values._tag === "Left") return [check("Cursor settings applied", "FAIL", values.left.message, `fix ${settingsPath}`)]
+  const status = Either.getOrThrow(CursorSettings.status(text, CursorSettings.proxyKeys(proxyUrlFor(config)), settingsPath))
+  const wrong = status.filter((key) => key.state !== "applied")
+  return [
+    wrong.length === 0
+      ? check("Cursor settings applied", "ok", settingsPath)
+      : check("Cursor settings applied", "FAIL", `${settingsPath}: ${wrong.map((key) => `${key.key} ${key.state}`).join(", ")}`, "`cursor-byok setup`"),
+    pathCheck(config, values.right)
+  ]
+}
+
 export interface CheckOptions {
   readonly config: ServerConfig
   /** Cursor's settings.json (resolved). */
@@ -167,18 +199,10 @@ export const checks = (options: CheckOptions) =>
     const text = (yield* fs.exists(settingsPath).pipe(Effect.orElseSucceed(() => false)))
       ? yield* fs.readFileString(settingsPath).pipe(Effect.option, Effect.map(Option.getOrUndefined))
       : undefined
-    const status = CursorSettings.status(text, desiredFor(config), settingsPath)
-    if (status._tag === "Left") {
-      results.push(check("Cursor settings applied", "FAIL", status.left.message, `fix ${settingsPath}`))
-    } else {
-      const wrong = status.right.filter((key) => key.state !== "applied")
-      results.push(wrong.length === 0
-        ? check("Cursor settings applied", "ok", settingsPath)
-        : check("Cursor settings applied", "FAIL", `${settingsPath}: ${wrong.map((key) => `${key.key} ${key.state}`).join(", ")}`, "`cursor-byok setup`"))
-    }
+    results.push(...settingsChecks(config, settingsPath, text))
 
     if (config.http2.tls === undefined) {
-      results.push(check("HTTP/2 listener (Run)", "off", "Cursor uses HTTP/1.1 (RunSSE) through the proxy", "optional: turn http2.tls on for Cursor's HTTP/2 mode"))
+      results.push(check("HTTP/2 listener (Run)", "off", "http2.tls is null", "optional: turn http2.tls on for Cursor's HTTP/2 mode (`cursor-byok setup --http2`)"))
     } else {
       const h2 = yield* h2Listener(config.host, config.http2.tls.port, config.http2.tls.certFile === undefined ? Option.getOrUndefined(Option.map(ca, (a) => a.certPem)) : undefined).pipe(Effect.either)
       results.push(h2._tag === "Right" && h2.right === "h2"

@@ -1,8 +1,9 @@
 /**
  * `setup` and `unsetup`: the reversible changes that point Cursor at this server. Setup makes the
- * CA (once), writes Cursor's proxy settings with a journal of the previous values, and prints
- * (or, with `--trust`, runs) what makes the OS trust the CA; unsetup restores the settings and
- * prints what removes the CA's trust.
+ * CA (once), writes Cursor's proxy settings and its HTTP/2 switch (off by default: the agent on
+ * RunSSE + BidiAppend through the proxy; `--http2` for `Run` on the TLS listener) with a journal
+ * of the previous values, and prints (or, with `--trust`, runs) what makes the OS trust the CA;
+ * unsetup restores the settings and prints what removes the CA's trust.
  */
 import { Console, Effect, Schema } from "effect"
 import * as Os from "node:os"
@@ -19,13 +20,32 @@ export class SetupError extends Schema.TaggedError<SetupError>("cursor-byok/Setu
 export const settingsPathOf = (override: string | undefined) =>
   override ?? CursorSettings.defaultSettingsPath(process.platform, process.env, Os.homedir())
 
-/** What setup writes into Cursor's settings for this configuration (`http1`: keep Cursor on HTTP/1.1 regardless). */
-export const desiredFor = (config: ServerConfig, http1 = false) =>
-  CursorSettings.desired({
-    proxyUrl: `http://${config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host}:${config.proxy.port ?? 8788}`,
-    // Cursor's HTTP/2 client ignores http.proxy: without the TLS listener, HTTP/1.1 (RunSSE) is the way in.
-    disableHttp2: http1 || config.http2.tls === undefined
-  })
+/** The proxy's URL as Cursor's `http.proxy` holds it (loopback for a wildcard host). */
+export const proxyUrlFor = (config: ServerConfig) =>
+  `http://${config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host}:${config.proxy.port ?? 8788}`
+
+/**
+ * What setup writes into Cursor's settings: by default `cursor.general.disableHttp2: true`, so
+ * Cursor runs its agent on RunSSE + BidiAppend through the proxy; `http2` (`setup --http2`)
+ * writes `false`, so Cursor's HTTP/2 client runs `Run` on the TLS listener.
+ */
+export const desiredFor = (config: ServerConfig, path: CursorSettings.AgentPath = "http1") =>
+  CursorSettings.desired({ proxyUrl: proxyUrlFor(config), disableHttp2: path === "http1" })
+
+/** One line naming a path and where this configuration serves it. */
+export const describePath = (config: ServerConfig, path: CursorSettings.AgentPath) =>
+  path === "http1"
+    ? `HTTP/1.1: the agent on RunSSE + BidiAppend through the proxy (${proxyUrlFor(config)})`
+    : `HTTP/2: the agent on Run at the TLS listener (${config.http2.tls === undefined ? "off: http2.tls is null" : `https://${config.host}:${config.http2.tls.port}`})`
+
+/** The path `setup`'s flags ask for, or why they cannot be had with this configuration. */
+const pathOf = (config: ServerConfig, flags: { readonly http1?: boolean | undefined; readonly http2?: boolean | undefined }) => {
+  if (flags.http1 === true && flags.http2 === true) return Effect.fail(new SetupError({ message: "--http1 and --http2 exclude each other (HTTP/1.1 is the default)" }))
+  if (flags.http2 !== true) return Effect.succeed<CursorSettings.AgentPath>("http1")
+  return config.http2.tls === undefined
+    ? Effect.fail(new SetupError({ message: "--http2 needs the TLS listener (http2.tls is null): Cursor's HTTP/2 agent client ignores http.proxy. Turn http2.tls on, or run `setup` without --http2" }))
+    : Effect.succeed<CursorSettings.AgentPath>("http2")
+}
 
 const show = (value: unknown) => value === undefined ? "(absent)" : JSON.stringify(value)
 
@@ -48,16 +68,27 @@ const printCommands = (title: string, commands: ReadonlyArray<Trust.TrustCommand
     }
   })
 
-export const setup = (options: { readonly settingsPath: string | undefined; readonly trust: boolean; readonly http1?: boolean }) =>
+export interface SetupOptions {
+  readonly settingsPath: string | undefined
+  readonly trust: boolean
+  /** HTTP/2 `Run` on the TLS listener instead of the default HTTP/1.1 through the proxy. */
+  readonly http2?: boolean | undefined
+  /** The default, accepted for the scripts that pass it. */
+  readonly http1?: boolean | undefined
+}
+
+export const setup = (options: SetupOptions) =>
   Effect.gen(function*() {
     const config = yield* Config.load
     if (config.proxy.port === undefined) {
       return yield* new SetupError({ message: "the proxy is off (proxy.port is null or BYOK_PROXY_PORT=off): setup points Cursor at the proxy, so turn it on first" })
     }
+    const path = yield* pathOf(config, options)
     const authority = yield* Ca.ensure(config.home)
     const settingsPath = settingsPathOf(options.settingsPath)
-    const summary = yield* CursorSettings.setup(settingsPath, CursorSettings.defaultJournalPath(settingsPath), desiredFor(config, options.http1 ?? false))
+    const summary = yield* CursorSettings.setup(settingsPath, CursorSettings.defaultJournalPath(settingsPath), desiredFor(config, path))
     yield* printSummary(summary)
+    yield* Console.log(`Cursor's agent: ${describePath(config, path)}${path === "http1" ? " (`setup --http2` for HTTP/2)" : " (`setup` without --http2 for HTTP/1.1)"}`)
     yield* Console.log(`CA: ${authority.certPath} (${authority.commonName}; it may sign only ${[...Ca.permitted.dns, ...Ca.permitted.ip].join(", ")})`)
     const commands = Trust.trustCommands(process.platform, authority.certPath, yield* trustOptions(authority))
     const extra = Trust.nodeExtraCaCerts(process.platform, authority.certPath)

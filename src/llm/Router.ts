@@ -5,7 +5,7 @@
  * API keys arrive already resolved (the caller reads the environment) and stay `Redacted`.
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Effect, Layer, Metric, Schema, Stream } from "effect"
+import { Chunk, Effect, Layer, Metric, Schema, Stream } from "effect"
 import { type AssistantMessage, Llm, type LlmError, type Message, type RequestMessages, type ResponseEvent, type StreamOptions, type Usage, type UserContent } from "../Llm.js"
 import * as Metrics from "../Metrics.js"
 import type { Adapter, CallSettings } from "./Adapter.js"
@@ -252,19 +252,21 @@ export const makeLive = Effect.fn("Router.makeLive")(function*(current: () => Ro
       const annotations = { ...callAnnotations(options.callId), model: options.model }
       // No Stream.withSpan here: it sets the fiber's context on every pull (~17 µs per network
       // read, measured), and nothing exports traces; the runner's logs carry the call id.
+      const configured = modelOf(config, options.model)?.id
       const attempt = (index: number): Stream.Stream<ResponseEvent, LlmError> => {
         const target = targets[index]!
         const sent = target.acceptsImages ? request : withoutImages(request, options.model)
+        const mark = routedMarker(routedModelOf(options.model, configured, index, target))
         let emitted = false
         // What went to the fast path's callback was emitted too: no fallback after it.
         const onEvents = options.onEvents === undefined ? undefined : (events: ReadonlyArray<ResponseEvent>) => {
           emitted = true
-          options.onEvents!(events)
+          options.onEvents!(mark === undefined ? events : events.map(mark))
         }
         return streamWithRetry(client, target.adapter.prepare(sent, target.settings), retry, { ...annotations, upstreamModel: target.settings.model }, onEvents).pipe(
           Stream.mapChunks((chunk) => {
             emitted = true
-            return chunk
+            return mark === undefined ? chunk : Chunk.map(chunk, mark)
           }),
           // Only while nothing has come from this target: once an event has, a switch would mix two answers.
           Stream.catchAll((error) => {
@@ -293,6 +295,22 @@ export const makeLive = Effect.fn("Router.makeLive")(function*(current: () => Ro
     })
   return Llm.of({ stream })
 })
+
+/**
+ * What answers a call, when it is not the model the client named: the configured model an alias,
+ * `*` or the default (no id) named, on its own provider; a fallback target as `provider/upstream`.
+ */
+export const routedModelOf = (
+  requested: string,
+  configured: string | undefined,
+  index: number,
+  target: ResolvedTarget
+): string | undefined =>
+  index > 0 ? `${target.settings.provider}/${target.settings.model}` : configured !== undefined && configured !== requested ? configured : undefined
+
+/** Stamps `routedModel` on a stream's `Start` (none when the model named is the one answering). */
+const routedMarker = (routedModel: string | undefined) =>
+  routedModel === undefined ? undefined : (event: ResponseEvent): ResponseEvent => event._tag === "Start" ? { ...event, routedModel } : event
 
 /** Builds the `Llm` service from a configuration value and an `HttpClient`. */
 export const make = (config: RouterConfig) => makeLive(() => config)

@@ -26,7 +26,9 @@ export type Input = Data.TaggedEnum<{
   /**
    * A new turn: the user's message, context the client attached, and the turn's settings.
    * `clientHistory` is what the client holds of the history: naming fewer messages than the
-   * last turn left, as a prefix of them, it rewinds to that prefix.
+   * last turn left, as a prefix of them (none included), it rewinds to that prefix. Without it
+   * (the client sent no checkpoint at all) the stored history continues: the store is the truth.
+   * A new conversation's first turn continues from the history it carries (`seed`, `imported`).
    */
   Start: {
     readonly message: UserMessage
@@ -34,7 +36,11 @@ export type Input = Data.TaggedEnum<{
     readonly settings: TurnSettings
     readonly clientHistory?: ClientHistory
   }
-  /** A turn that only compacts the history (the user's summarize), with what the user asks of the summary. */
+  /**
+   * A turn that only compacts the history (the user's summarize), with what the user asks of the
+   * summary. Of `settings` it takes only the model and the client request: the summary call keeps
+   * the prompt and tools of the conversation's last call (`summarizeSettings`).
+   */
   Summarize: {
     readonly instructions: string
     readonly settings: TurnSettings

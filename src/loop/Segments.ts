@@ -1,7 +1,8 @@
 /**
  * History as segments, the pure part: the model sees the current segment of a conversation's
  * journal (which itself is append-only forever). A compaction opens a new segment of
- * [a summary, a verbatim tail]; a rewind one of the messages the client kept. This module
+ * [a summary, a verbatim tail]; a rewind one of the messages the client kept; a fork one of the
+ * stored messages a new chat names; an import one of the messages only the client held. This module
  * holds the records the loop commits for that, and the pure choices it makes: where the
  * verbatim tail begins, what the summary call asks, what the new segment's first message says,
  * and how many tokens a request is likely to be.
@@ -13,7 +14,7 @@ import type { AssistantMessage, Message, ToolDefinition, UserMessage } from "../
 // Records
 // =============================================================================
 
-export const SegmentKind = Schema.Literal("origin", "compaction", "rewind", "fork")
+export const SegmentKind = Schema.Literal("origin", "compaction", "rewind", "fork", "import")
 export type SegmentKind = typeof SegmentKind.Type
 
 /** How the current segment began. Its messages are the conversation's `messages`. */
@@ -60,11 +61,22 @@ export const unknownContextSize: ContextSize = { messages: 0, tokens: 0 }
 /**
  * What the client says it holds of the history: the ids it knows the segment's messages by, in
  * order. For a conversation the server does not know yet (a forked chat), `seed` is what the
- * runner found stored under those ids, and where.
+ * runner found stored under those ids, and where; for one whose history only the client holds
+ * (a chat moved onto this server), `imported` is that history as the client gave it back.
  */
 export interface ClientHistory {
   readonly promptIds: ReadonlyArray<string>
   readonly seed?: { readonly conversationId: string; readonly messages: ReadonlyArray<Message> }
+  readonly imported?: ImportedHistory
+}
+
+/**
+ * A history read back from the client (its prompt messages, translated): the messages, and the
+ * system prompt its leading system messages gave, which replaces the one the server builds.
+ */
+export interface ImportedHistory {
+  readonly messages: ReadonlyArray<Message>
+  readonly systemPrompt?: string
 }
 
 /** The knobs of compaction (the loop's policy carries them). */

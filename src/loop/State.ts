@@ -5,8 +5,8 @@
  * opening a new segment. `Loop.ts` re-exports all of it beside the transition.
  */
 import { Schema } from "effect"
-import { emptyMessagesHash, extendMessagesHash, Message, messageHash, ToolCall, ToolResultMessage, UserMessage } from "../Llm.js"
-import type { ResponseEvent } from "../Llm.js"
+import { emptyMessagesHash, emptyUsage, extendMessagesHash, Message, messageHash, ToolCall, ToolResultMessage, UserMessage } from "../Llm.js"
+import type { AssistantMessage, ResponseEvent, TextContent } from "../Llm.js"
 import { CompactionRun, ContextSize, originSegment, Segment, unknownContextSize } from "./Segments.js"
 
 // =============================================================================
@@ -89,7 +89,10 @@ export const TurnMcpTool = Schema.Struct({
   description: Schema.String,
   providerIdentifier: Schema.String,
   toolName: Schema.String,
-  inputSchema: Schema.Unknown
+  inputSchema: Schema.Unknown,
+  /** The JSON Schema of its result and its MCP annotations, when the client sent them (`McpToolDefinition` 7, 8). */
+  outputSchema: Schema.optional(Schema.Unknown),
+  annotations: Schema.optional(Schema.Unknown)
 })
 export type TurnMcpTool = typeof TurnMcpTool.Type
 
@@ -112,6 +115,12 @@ export const TurnSettings = Schema.Struct({
   mcpTools: Schema.optional(Schema.Array(TurnMcpTool)),
   rules: Schema.optional(Schema.Array(TurnRule)),
   customSystemPrompt: Schema.optional(Schema.String),
+  /** The client's own system prompt (`system_prompt_spec`): in place of the server's, or after it. */
+  systemPromptSpec: Schema.optional(Schema.Struct({ mode: Schema.Literal("replace", "append"), text: Schema.String })),
+  /** The client's agent session (`agent_session_id`): kept, not acted on. */
+  agentSessionId: Schema.optional(Schema.String),
+  /** The client shows which model answered (`client_supports_routed_model_update`). */
+  routedModelUpdates: Schema.optional(Schema.Boolean),
   /** The requested model's parameters, by id (e.g. `thinking_effort`). */
   modelParameters: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })),
   maxMode: Schema.optional(Schema.Boolean),
@@ -186,7 +195,12 @@ export const ConversationState = Schema.Struct({
   /** A compaction was tried since the last answer: no automatic one until an answer commits (never loops). */
   compactGuard: Schema.optionalWith(Schema.Boolean, { default: () => false }),
   /** Compactions so far (Cursor's `self_summary_count`). */
-  summaries: Schema.optionalWith(Schema.Int, { default: () => 0 })
+  summaries: Schema.optionalWith(Schema.Int, { default: () => 0 }),
+  /**
+   * The system prompt of a history imported from the client (its leading system messages): sent
+   * in place of the one the policy builds, for the rest of the conversation.
+   */
+  clientSystemPrompt: Schema.optional(Schema.String)
 })
 export type ConversationState = typeof ConversationState.Type
 
@@ -308,6 +322,24 @@ export const closeTurn = (state: ConversationState, why: string): ConversationSt
 // =============================================================================
 // The streamed response (memory only)
 // =============================================================================
+
+/**
+ * The answer the running model call had streamed when a new turn superseded it: its text
+ * blocks, in content order, as one assistant message (no usage; `api` and `provider` empty, so
+ * it is replayed to any target as plain text). Thinking and tool calls, complete or not, are
+ * left out: no tool call of it ever ran. None when the state reads no answer (no call, a
+ * summary call, a stream that showed no text).
+ */
+export const partialAnswerOf = (state: RuntimeState): AssistantMessage | undefined => {
+  const { committed, pending } = state
+  if (pending === null || committed.status !== "waitingLlm" || committed.compaction !== null || pending.callId !== committed.activeCallId) return undefined
+  const content: Array<TextContent> = []
+  for (const block of pending.blocks) {
+    if (block !== undefined && block.kind === "text" && block.text !== "") content.push({ type: "text", text: block.text })
+  }
+  if (content.length === 0) return undefined
+  return { role: "assistant", content, api: "", provider: "", model: committed.settings?.model ?? "", usage: emptyUsage, stopReason: "stop" }
+}
 
 export const applyDelta = (pending: PendingResponse, event: ResponseEvent): PendingResponse => {
   if (!("index" in event)) return pending

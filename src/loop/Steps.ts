@@ -11,7 +11,7 @@ import type { Policy, PromptContext, Settles, Transition } from "./Contract.js"
 import { chooseCut, defaultCompactionPolicy, elideStale, estimateTokens, manualCut, summaryInstruction, tailBudget } from "./Segments.js"
 import type { CompactionRun, CompactionTrigger } from "./Segments.js"
 import { appendQueued, callIdOf } from "./State.js"
-import type { ConversationState, RuntimeState } from "./State.js"
+import type { ConversationState, RuntimeState, TurnSettings } from "./State.js"
 
 /** An input that changes nothing (late, duplicate, foreign, or out of place). */
 export const unchanged = (state: RuntimeState): Transition => ({ state, emit: [], command: Command.WaitInput(), settles: settlesNothing })
@@ -39,10 +39,36 @@ export const endOfStep = (
   return { ...next, emit }
 }
 
-/** The next request for the state: the prompt and tools built for its settings, the history as it is. */
+/**
+ * The next request for the state: the prompt and tools built for its settings, the history as
+ * it is. An imported history's own system prompt stands in for the built one, unless the turn's
+ * request carries a `system_prompt_spec` of its own (the newer word of the client's).
+ */
 export const requestFor = (policy: Policy, committed: ConversationState): RequestMessages => {
-  const context: PromptContext = { conversationId: committed.conversationId, turnId: committed.turnId, settings: committed.settings! }
-  return { systemPrompt: policy.buildPrompt(context), messages: committed.messages, tools: policy.buildTools(context) }
+  const settings = committed.settings!
+  const context: PromptContext = { conversationId: committed.conversationId, turnId: committed.turnId, settings }
+  const imported = settings.systemPromptSpec === undefined ? committed.clientSystemPrompt : undefined
+  return { systemPrompt: imported ?? policy.buildPrompt(context), messages: committed.messages, tools: policy.buildTools(context) }
+}
+
+/** What a summarize turn takes from its own request: the model the user picked and the request it answers. */
+const SUMMARIZE_REQUEST_FIELDS = ["model", "modelParameters", "maxMode", "requestId", "userMessageId", "carriedCheckpoint"] as const satisfies ReadonlyArray<keyof TurnSettings>
+
+/**
+ * A summarize turn's settings: the conversation's own (those its last model call was built
+ * from) for everything the system prompt and tools come from, so that the summary call extends
+ * that call byte for byte whatever the summarize request carried (Cursor's `summarize_action`
+ * has no request context of its own: no workspace, rules or MCP tools); the model and the
+ * client request from the summarize request. A conversation without a turn: the request's.
+ */
+export const summarizeSettings = (conversation: TurnSettings | null, requested: TurnSettings): TurnSettings => {
+  if (conversation === null) return requested
+  const settings: Record<string, unknown> = { ...conversation }
+  for (const field of SUMMARIZE_REQUEST_FIELDS) {
+    if (requested[field] === undefined) delete settings[field]
+    else settings[field] = requested[field]
+  }
+  return settings as TurnSettings
 }
 
 /**

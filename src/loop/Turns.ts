@@ -1,21 +1,24 @@
 /**
  * The inputs that begin or end a turn: `Start` (a user's message), `Summarize` (a turn that only
  * compacts), `UserMessage` (queued while a turn runs, else the next turn) and `Cancel`. A new
- * turn supersedes a running one; a client that holds less of the history rewinds it, and a
- * forked chat's first turn is seeded with the history it names.
+ * turn supersedes a running one (the text its model call had streamed is kept as its partial
+ * answer, and the call is settled canceled, so the runner stops its stream before the next
+ * opens); a client that holds less of the history rewinds it, and a forked chat's first turn is
+ * seeded with the history it names.
  */
 import type { UserContent, UserMessage } from "../Llm.js"
 import { Command, settlesNothing } from "./Contract.js"
 import type { Policy, Settles, Transition } from "./Contract.js"
-import type { ClientHistory } from "./Segments.js"
-import { appendMessages, closeTurn, isBusy, openSegment, turnIdOf } from "./State.js"
+import type { ClientHistory, ImportedHistory } from "./Segments.js"
+import { appendMessages, closeTurn, isBusy, openSegment, partialAnswerOf, turnIdOf } from "./State.js"
 import type { ConversationState, RuntimeState, TurnSettings } from "./State.js"
 import { callLlm, compact, endOfStep, finished, requestFor, settling, unchanged } from "./Steps.js"
 
 export const CANCELED_RESULT = "Not executed: the user canceled the turn."
 export const SUPERSEDED_RESULT = "Not executed: the user started a new turn."
-/** Why a superseded turn's model call ended. */
-const SUPERSEDED_CALL = "superseded by a new turn"
+/** Why a superseded turn ended (its model call's recorded error, and the end its client's stream gets). */
+export const SUPERSEDED_REASON = "Superseded: a new message was sent in this conversation, so this turn stopped."
+const SUPERSEDED_CALL = SUPERSEDED_REASON
 
 export const onStart = (
   policy: Policy,
@@ -76,8 +79,9 @@ const callCanceled = (committed: ConversationState, why: string): Settles =>
     : settlesNothing
 
 /**
- * A new turn's state: a running turn is superseded (its open tool calls closed with a result
- * first), and a client that holds less of the history than the last turn left rewinds it.
+ * A new turn's state: a running turn is superseded (what its model call had streamed kept as
+ * its partial answer, then its open tool calls closed with a result, then its queued
+ * messages), and a client that holds less of the history than the last turn left rewinds it.
  */
 const beginTurn = (
   policy: Policy,
@@ -85,19 +89,45 @@ const beginTurn = (
   settings: TurnSettings,
   clientHistory: ClientHistory | undefined
 ): ConversationState => {
-  const closed = isBusy(state.committed) ? closeTurn(state.committed, SUPERSEDED_RESULT) : state.committed
+  const closed = isBusy(state.committed) ? closeTurn(withPartialAnswer(state), SUPERSEDED_RESULT) : state.committed
   const turnSeq = closed.turnSeq + 1
   // A new turn may compact again (a guard left by a failed turn would otherwise fail every later turn).
   const next = { ...closed, turnSeq, turnId: turnIdOf(closed.conversationId, turnSeq), settings, llmCallSeq: 0, compactGuard: false }
-  const turn = closed.turnSeq === 0 ? seedFrom(policy, next, clientHistory) : rewindTo(policy, next, clientHistory)
+  const turn = closed.turnSeq === 0 ? seedFrom(policy, next, clientHistory) : rewindAtJournalEnd(policy, state.committed, next, clientHistory)
   return { ...turn, turnStart: turn.messages.length }
+}
+
+/** The committed state with the superseded call's partial answer appended, when it streamed any text. */
+const withPartialAnswer = (state: RuntimeState): ConversationState => {
+  const partial = partialAnswerOf(state)
+  return partial === undefined ? state.committed : appendMessages(state.committed, [partial])
+}
+
+/**
+ * `rewindTo`, its segment opened where the stored journal ends: what closing a superseded turn
+ * appended (partial answer, closing results, queued messages) lies past the prefix the client
+ * keeps, so a rewind opens from the history as it was before them, never past unstored messages.
+ */
+const rewindAtJournalEnd = (
+  policy: Policy,
+  before: ConversationState,
+  next: ConversationState,
+  history: ClientHistory | undefined
+): ConversationState => {
+  const turn = rewindTo(policy, next, history)
+  if (turn.segment === next.segment || next.messages.length === before.messages.length) return turn
+  return rewindTo(policy, { ...next, messages: before.messages, messagesHash: before.messagesHash }, history)
 }
 
 /**
  * A conversation's first turn that names a history (a forked chat): seeded with the stored
- * messages the runner found under exactly those ids, as a `fork` segment the client holds.
+ * messages the runner found under exactly those ids, as a `fork` segment the client holds. A
+ * history only the client held, read back from it (`imported`), opens an `import` segment of
+ * those messages instead, its system prompt the conversation's from then on.
  */
 const seedFrom = (policy: Policy, state: ConversationState, history: ClientHistory | undefined): ConversationState => {
+  const imported = history?.imported
+  if (imported !== undefined) return importFrom(state, imported)
   const seed = history?.seed
   const promptIdOf = policy.promptIdOf
   if (seed === undefined || promptIdOf === undefined || state.messages.length > 0) return state
@@ -112,10 +142,22 @@ const seedFrom = (policy: Policy, state: ConversationState, history: ClientHisto
   return { ...forked, checkpointed: forked.messages.length }
 }
 
+/** The `import` segment of a history read back from the client; nothing to import (a new chat) changes nothing. */
+const importFrom = (state: ConversationState, imported: ImportedHistory): ConversationState => {
+  if (state.messages.length > 0 || (imported.messages.length === 0 && imported.systemPrompt === undefined)) return state
+  const opened = openSegment(state, { kind: "import", turnId: state.turnId, replaced: 0, kept: imported.messages.length }, imported.messages)
+  return {
+    ...opened,
+    checkpointed: opened.messages.length,
+    ...(imported.systemPrompt !== undefined ? { clientSystemPrompt: imported.systemPrompt } : {})
+  }
+}
+
 /**
  * The client names a strict prefix of what the last final turn left (the user edited an
  * earlier message or restored a checkpoint): a new segment holds exactly that prefix. Anything
- * else (the same history, a longer or foreign one) changes nothing.
+ * else (the same history, a longer or foreign one, or none named: no checkpoint at all) changes
+ * nothing: the stored history continues.
  */
 const rewindTo = (policy: Policy, state: ConversationState, history: ClientHistory | undefined): ConversationState => {
   const promptIdOf = policy.promptIdOf

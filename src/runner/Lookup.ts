@@ -76,6 +76,24 @@ export const historyOf = (env: RunnerEnv) => (conversationId: string) =>
     )
   )
 
+/**
+ * Whether this server can continue a conversation from the history a client's checkpoint names
+ * (`promptIds`): the conversation has turns of its own here (its history continues or rewinds),
+ * or its first turn names stored messages (a fork). False: only the client holds that history,
+ * to be read back from it (a store failure is logged and answers false too: the client has it).
+ */
+export const holdsHistory = (env: RunnerEnv) => (conversationId: string, promptIds: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    if (promptIds.length === 0) return true
+    const state = (yield* env.load(conversationId)).runtime.committed
+    if (state.turnSeq > 0 || state.messages.length > 0) return true
+    return Option.isSome(yield* env.store.findHistory(promptIds))
+  }).pipe(
+    Effect.catchAll((error) =>
+      Effect.logWarning(`runner: could not tell whether the history ${conversationId} names is stored`, error).pipe(Effect.as(false))
+    )
+  )
+
 export const isCommitted = ({ store }: RunnerEnv) => (conversationId: string, inputId: string) =>
   store.findInputCommit(conversationId, inputId).pipe(
     Effect.map(Option.isSome),

@@ -16,10 +16,17 @@ import { turnOfCall } from "./TurnLog.js"
 
 type Events = ReadonlyArray<ResponseEvent>
 
-/** Streams a model call into the actor's mailbox; the call was saved (planned) by the commit before this. */
+/**
+ * Streams a model call into the actor's mailbox; the call was saved (planned) by the commit
+ * before this. One model stream per conversation, never two open even for a moment: a stream
+ * still running for the conversation (a turn's end interrupts its stream without waiting for it)
+ * is interrupted and waited for, its HTTP request aborted by its scope's close, before this one
+ * opens.
+ */
 export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Command, { _tag: "CallLlm" }>) =>
   Effect.gen(function*() {
     const { deliver, llm, llmStreams, store } = env
+    yield* FiberMap.remove(llmStreams, actor.conversationId)
     yield* store.markLlmCall(call.callId, "streaming").pipe(
       Effect.catchAll((error) => Effect.logWarning("runner: could not mark a model call streaming", error))
     )

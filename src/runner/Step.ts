@@ -7,7 +7,7 @@
 import { Clock, Effect, Fiber, FiberMap, Metric, Option } from "effect"
 import { coalesceDeltas } from "../Llm.js"
 import type { ResponseEvent } from "../Llm.js"
-import { Command, Input, isBusy } from "../Loop.js"
+import { Command, Input, isBusy, SUPERSEDED_REASON } from "../Loop.js"
 import type { ConversationState } from "../Loop.js"
 import * as Metrics from "../Metrics.js"
 import { Envelope, offerEffect, turnRefOf } from "./Actor.js"
@@ -117,13 +117,17 @@ export const stepStream = (env: RunnerEnv, actor: Actor, acc: ActorState, callId
 /**
  * A conversation's first turn that names a history it does not have (a forked chat): the
  * stored messages with those client ids, from whichever conversation holds them, go in with
- * the input for the loop to seed from. Not found: the input as it is (the chat starts afresh).
+ * the input for the loop to seed from. A history only the client holds was read back from it
+ * before the input was submitted (`imported`, `transport/History.ts`); not found here all the
+ * same (the store failed that look-up): the input as it is.
  */
 const withSeed = (env: RunnerEnv, acc: ActorState, input: Input): Effect.Effect<Input> => {
   if ((input._tag !== "Start" && input._tag !== "Summarize") || input.clientHistory === undefined) return Effect.succeed(input)
   const history = input.clientHistory
   const state = acc.runtime.committed
-  if (history.promptIds.length === 0 || history.seed !== undefined || state.turnSeq > 0 || state.messages.length > 0) return Effect.succeed(input)
+  if (history.promptIds.length === 0 || history.seed !== undefined || history.imported !== undefined || state.turnSeq > 0 || state.messages.length > 0) {
+    return Effect.succeed(input)
+  }
   return env.store.findHistory(history.promptIds).pipe(
     Effect.map(Option.match({
       onNone: () => input,
@@ -131,21 +135,25 @@ const withSeed = (env: RunnerEnv, acc: ActorState, input: Input): Effect.Effect<
     })),
     Effect.tap((seeded) =>
       seeded === input
-        ? Effect.logInfo(`runner: ${state.conversationId} names a history of ${history.promptIds.length} messages this server does not hold; it starts afresh`)
+        ? Effect.logWarning(`runner: ${state.conversationId} names a history of ${history.promptIds.length} messages this server does not hold and was not given; it starts without it`)
         : Effect.logInfo(`runner: ${state.conversationId} is a fork; seeded with ${history.promptIds.length} messages`)
     ),
     Effect.catchAll((error) => Effect.as(Effect.logWarning("runner: could not look up a forked chat's history", error), input))
   )
 }
 
-/** A Start that replaced a running turn: the old turn's stream and client work end here. */
+/**
+ * A Start that replaced a running turn: the old turn's model stream is stopped (its fiber
+ * interrupted and finished, so its HTTP request is aborted) before anything else, its client
+ * work is aborted, and its stream ends canceled, saying why.
+ */
 const supersede = (env: RunnerEnv, before: ConversationState, after: ConversationState) =>
   isBusy(before) && after.turnId !== before.turnId
     ? Effect.gen(function*() {
       const { gateway, llmStreams } = env
       yield* FiberMap.remove(llmStreams, before.conversationId)
       yield* gateway.abort(turnRefOf(before))
-      yield* gateway.finish(turnRefOf(before), Command.Canceled({ reason: "superseded by a new turn" }), after, turnUsageOf(before))
+      yield* gateway.finish(turnRefOf(before), Command.Canceled({ reason: SUPERSEDED_REASON }), after, turnUsageOf(before))
     })
     : Effect.void
 

@@ -170,6 +170,11 @@ export const onQueryReply = (state: SessionState, id: number, reply: QueryReply 
     return log(commands, "info", `transport: ${state.requestId}: an answer to interaction query ${id}, which is not waiting; acknowledged, nothing changed`)
   }
   const run = operation.run
+  if (reply === undefined && Tools.isQueryRun(run)) {
+    // A kind of answer this server does not know (a newer client): the question fails, the model is told; never a wait.
+    log(commands, "warning", `transport: ${state.requestId}: interaction query ${id} (${run.call.name}) answered with an unknown case; the call fails`)
+    return advance({ ...state, correlation: Dialect.completeQuery(state.correlation, id) }, operation, Tools.onUnknownReply(run), atMs, commands)
+  }
   if (reply === undefined || !Tools.isQueryRun(run) || !Tools.acceptsReply(run, reply)) {
     return log(commands, "warning", `transport: ${state.requestId}: interaction query ${id} (${run.call.name}) answered with ${reply?.case ?? "an unknown case"}; acknowledged, still waiting`)
   }

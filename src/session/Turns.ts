@@ -99,13 +99,7 @@ export const mirrors = (state: SessionState): Step => ({ state: { ...state, life
  * request starts no turn): the run request owes nothing more, and what queued goes in.
  */
 export const turnReady = (state: SessionState, inputId: string, run: Dialect.RunRequest, start: Submission | undefined): Step => {
-  if (start === undefined || isEnded(state)) {
-    const done = committed(state, inputId)
-    const commands = [...done.commands]
-    const gate = done.state.gate
-    const next = gate._tag === "Reading" && gate.inputId === inputId ? openGate(done.state, commands) : done.state
-    return { state: next, commands }
-  }
+  if (start === undefined || isEnded(state)) return startsNothing(state, inputId)
   const gate = state.gate
   const next: SessionState = {
     ...state,
@@ -153,4 +147,41 @@ export const compaction = (state: SessionState, progress: CompactionProgress): S
         commands: [SessionCommand.Write({ messages: [Dialect.encodeSummaryStarted(), Dialect.encodeSummary(NOTHING_TO_SUMMARIZE), Dialect.encodeSummaryCompleted()] })]
       }
   }
+}
+
+/** The run request starts nothing: it owes nothing more, and what queued behind its gate goes in. */
+const startsNothing = (state: SessionState, inputId: string): Step => {
+  const done = committed(state, inputId)
+  const commands = [...done.commands]
+  const gate = done.state.gate
+  const next = gate._tag === "Reading" && gate.inputId === inputId ? openGate(done.state, commands) : done.state
+  return { state: next, commands }
+}
+
+/**
+ * The history the run request's checkpoint names is only the client's: one get_blob per blob,
+ * written now (`AwaitBlobs` first, so the driver waits for their answers before they can
+ * come); follow-ups and cancels wait behind the start gate meanwhile.
+ */
+export const readHistory = (state: SessionState, inputId: string, blobIds: ReadonlyArray<Uint8Array>): Step => {
+  let correlation = state.correlation
+  const reads: Array<{ kvId: number; blobId: string }> = []
+  const messages = []
+  for (const blobId of blobIds) {
+    const sent = Dialect.encodeGetBlob(correlation, blobId)
+    correlation = sent.correlation
+    reads.push({ kvId: sent.kvId, blobId: Dialect.bytesToHex(blobId) })
+    messages.push(sent.message)
+  }
+  const gate = state.gate._tag === "Open" ? Gate.Reading({ inputId, queued: [] }) : state.gate
+  return { state: { ...state, correlation, gate }, commands: [SessionCommand.AwaitBlobs({ reads }), SessionCommand.Write({ messages })] }
+}
+
+/**
+ * The run request's turn cannot start (the client did not give its history back): nothing is
+ * submitted, the run request owes nothing more, and the stream ends with `end`.
+ */
+export const turnRefused = (state: SessionState, inputId: string, end: Dialect.EndStream): Step => {
+  const done = startsNothing(state, inputId)
+  return { state: done.state, commands: isEnded(state) ? done.commands : [...done.commands, SessionCommand.End({ end })] }
 }

@@ -43,6 +43,13 @@ export type SessionInput = Data.TaggedEnum<{
    */
   TurnReady: { readonly inputId: string; readonly run: RunRequest; readonly start: Submission | undefined }
   /**
+   * The history the run request's checkpoint names is only the client's (the store holds none of
+   * it): read these blobs back before its turn starts (`AwaitBlobs`, then `TurnReady` or `TurnRefused`).
+   */
+  ReadHistory: { readonly inputId: string; readonly blobIds: ReadonlyArray<Uint8Array> }
+  /** The run request's turn cannot start (a history the client did not give back): nothing is submitted; the stream ends with `end`. */
+  TurnRefused: { readonly inputId: string; readonly end: Dialect.EndStream }
+  /**
    * A request that resumes this session's turn hands on its append `seqno` (`owner`'s): a
    * follow-up or a cancel (`owner` owes on its commit), an exec, interaction or KV answer.
    */
@@ -109,6 +116,11 @@ export type SessionCommand = Data.TaggedEnum<{
     readonly readContext: boolean
     readonly reads: ReadonlyArray<{ readonly kvId: number; readonly blobId: string }>
   }
+  /**
+   * The get_blob requests `reads` (by KV id and hex blob id) go out in the `Write` that follows:
+   * the caller of `ReadHistory` waits for their answers (registered before that write).
+   */
+  AwaitBlobs: { readonly reads: ReadonlyArray<{ readonly kvId: number; readonly blobId: string }> }
   /** Write these messages to the turn's stream, in order. */
   Write: { readonly messages: ReadonlyArray<AgentServerMessage> }
   /** Do the server's work for a tool call (off the request's lock); report `WorkDone`. */

@@ -204,11 +204,23 @@ const definitions: Record<Exclude<ToolKind, "mcp" | "task">, ToolDefinition> = {
 const isJsonObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
 
-const mcpDefinition = (tool: McpToolDescriptor): ToolDefinition => ({
-  name: mcpModelName(tool),
-  description: tool.description || `MCP tool ${tool.toolName} from ${tool.providerIdentifier}.`,
-  parameters: isJsonObject(tool.inputSchema) ? tool.inputSchema : { type: "object", properties: {} }
-})
+/**
+ * An MCP tool's definition. No provider API takes a tool's output schema or MCP annotations
+ * (read-only, destructive...), so they go in the description, as compact JSON after the text:
+ * the same tool gives the same bytes every turn.
+ */
+const mcpDefinition = (tool: McpToolDescriptor): ToolDefinition => {
+  const extras = [
+    ...(tool.annotations !== undefined ? [`Annotations: ${JSON.stringify(tool.annotations)}`] : []),
+    ...(tool.outputSchema !== undefined ? [`Output schema: ${JSON.stringify(tool.outputSchema)}`] : [])
+  ]
+  const description = tool.description || `MCP tool ${tool.toolName} from ${tool.providerIdentifier}.`
+  return {
+    name: mcpModelName(tool),
+    description: extras.length === 0 ? description : `${description}\n\n${extras.join("\n")}`,
+    parameters: isJsonObject(tool.inputSchema) ? tool.inputSchema : { type: "object", properties: {} }
+  }
+}
 
 type NativeKind = Exclude<ToolKind, "mcp" | "task">
 

@@ -333,6 +333,13 @@ export const onExecReply = (run: ToolRun, reply: ExecReply): ToolStep =>
     WebFetch: () => unexpected(run, reply)
   })
 
+/**
+ * The client answered with a kind of reply this server does not know (a newer client's): the call
+ * fails and the model is told, rather than waiting for an answer that will not come.
+ */
+export const onUnknownReply = (run: ToolRun): ToolStep =>
+  done(failed(run.call, `The client answered ${run.call.name} with a kind of reply this server cannot read; the call did not complete.`, startedOf(run)))
+
 /** The client could not run the exec at all (`exec_client_control_message.throw`). */
 export const onExecThrow = (run: ToolRun, error: string): ToolStep =>
   done(failed(run.call, `The client failed to run ${run.call.name}: ${error}`, startedOf(run)))

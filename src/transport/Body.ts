@@ -9,6 +9,7 @@
 import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Stream } from "effect"
 import type { IncomingMessage } from "node:http"
+import type { Http2ServerRequest } from "node:http2"
 import { ConnectError, decodeUnaryBody } from "./Connect.js"
 
 /** How much of an oversized body is read and dropped before the connection is cut instead. */
@@ -41,7 +42,7 @@ const wholeBody = (chunks: ReadonlyArray<Uint8Array>, size: number, limit: numbe
  * Reads `request`'s body up to `limit` bytes (after gzip) and calls `done` once, with the bytes
  * or the Connect error to answer with. Plain stream events: no fiber, no stream per body.
  */
-export const readNodeBody = (request: IncomingMessage, limit: number, done: (body: Uint8Array | ConnectError) => void): void => {
+export const readNodeBody = (request: IncomingMessage | Http2ServerRequest, limit: number, done: (body: Uint8Array | ConnectError) => void): void => {
   const refused = declaredPastLimit(request.headers, limit)
   if (refused !== undefined) return done(refused)
   const chunks: Array<Buffer> = []

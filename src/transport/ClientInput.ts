@@ -5,16 +5,19 @@
  * children canceled. What they give goes back to the machine (`TurnReady`, `WorkDone`,
  * `Delivered`), to be submitted and acknowledged once committed.
  */
-import { Clock, Deferred, Duration, Effect, FiberSet } from "effect"
+import { Clock, Deferred, Duration, Effect, Either, FiberSet } from "effect"
 import type { Context } from "effect"
 import * as Dialect from "../Dialect.js"
 import type { RunRequest } from "../Dialect.js"
 import { Input } from "../Loop.js"
+import type { ImportedHistory } from "../Loop.js"
 import type { Runner } from "../Runner.js"
 import { conversationOf, SessionInput } from "../Session.js"
 import type { SessionCommand, Submission } from "../Session.js"
 import * as Tools from "../Tools.js"
 import { delivered, kvAnswered, step } from "./Driver.js"
+import { importedHistoryOf, readHistoryBack } from "./History.js"
+import type { HistoryRead } from "./History.js"
 import type { EffectCommand, InputEnv, ServerWorker } from "./InputEnv.js"
 import { noServerWork } from "./InputEnv.js"
 import * as Recovery from "./Recovery.js"
@@ -90,16 +93,22 @@ const startWork = (env: InputEnv, session: Session, command: Extract<SessionComm
     yield* locked(session, step(env, session, SessionInput.WorkDone({ operationId: command.operationId, run: command.run, result, atMs })))
   }).pipe(Effect.catchAllCause((cause) => Effect.logError(`transport: ${session.requestId}: ${command.run.call.name} failed on the server`, cause)))).pipe(Effect.asVoid)
 
-/** The run request's turn starts: at once, or once its context is read back (`startAfterContext`). */
-const startTurn = (env: InputEnv, session: Session, command: Extract<SessionCommand, { readonly _tag: "StartTurn" }>): Effect.Effect<void> => {
-  const { run, inputId } = command
-  if (command.readContext) return startAfterContext(env, session, run, inputId, command.reads)
-  return Effect.flatMap(startOf(env, session, run, inputId), (start) => step(env, session, SessionInput.TurnReady({ inputId, run, start })))
-}
+/**
+ * The run request's turn starts: at once, or once its context, and a history only the client
+ * holds (`History.ts`), are read back (`startAfterContext`).
+ */
+const startTurn = (env: InputEnv, session: Session, command: Extract<SessionCommand, { readonly _tag: "StartTurn" }>): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const { run, inputId } = command
+    const history = yield* readHistoryBack(env, session, run, inputId)
+    if (command.readContext || history !== undefined) return yield* startAfterContext(env, session, run, inputId, [...command.reads, ...(history?.reads ?? [])], history)
+    yield* Effect.flatMap(startOf(env, session, run, inputId), (start) => step(env, session, SessionInput.TurnReady({ inputId, run, start })))
+  })
 
 /** The start of a run request's turn, to submit (the parent's Task learns its child first); none when it starts nothing. */
-const startOf = (env: InputEnv, session: Session, run: RunRequest, inputId: string): Effect.Effect<Submission | undefined> => {
-  const input = Dialect.turnInputOf(run, session.requestId, env.worker.capabilities(), session.parent, env.options.childModel)
+const startOf = (env: InputEnv, session: Session, run: RunRequest, inputId: string, imported?: ImportedHistory): Effect.Effect<Submission | undefined> => {
+  const turnInput = Dialect.turnInputOf(run, session.requestId, env.worker.capabilities(), session.parent, env.options.childModel)
+  const input = turnInput === undefined || imported === undefined ? turnInput : Dialect.withImportedHistory(turnInput, imported)
   if (input === undefined || isEnded(session)) return Effect.succeed(undefined)
   const conversationId = conversationOf(session.requestId, run)
   return Effect.as(attachChild(env.sessions, session, conversationId), { conversationId, input, inputId })
@@ -113,10 +122,19 @@ const startOf = (env: InputEnv, session: Session, run: RunRequest, inputId: stri
  * client's KV results in later messages (taken meanwhile: this waits in the background). A past
  * chat the user attached is read from the store (`RunRequest.pastChatsToRead`). Then the turn
  * starts with them merged in (`Dialect.withContextParts`); a part that does not come within
- * `contextFetchTimeoutMs`, or does not match its id, is left out with a warning. Follow-ups and
- * cancels that arrive meanwhile wait behind the machine's start gate.
+ * `contextFetchTimeoutMs`, or does not match its id, is left out with a warning. A history
+ * only the client holds is read back in the same wait (`History.ts`), but one of its messages
+ * that does not come refuses the turn instead. Follow-ups and cancels that arrive meanwhile wait
+ * behind the machine's start gate.
  */
-const startAfterContext = (env: InputEnv, session: Session, run: RunRequest, inputId: string, requested: ReadonlyArray<{ readonly kvId: number; readonly blobId: string }>) =>
+const startAfterContext = (
+  env: InputEnv,
+  session: Session,
+  run: RunRequest,
+  inputId: string,
+  requested: ReadonlyArray<{ readonly kvId: number; readonly blobId: string }>,
+  history: HistoryRead | undefined
+) =>
   Effect.gen(function*() {
     // The get_blob requests are written (the machine's `Write` before this command): their answers settle these.
     const reads: Array<readonly [string, Deferred.Deferred<Uint8Array | undefined>]> = []
@@ -135,10 +153,13 @@ const startAfterContext = (env: InputEnv, session: Session, run: RunRequest, inp
             if (data !== undefined) fetched.set(id, data)
           })
         ), { concurrency: "unbounded", discard: true })
+      // A history the client did not give back refuses the turn (never a fresh start without it).
+      const imported = yield* importedHistoryOf(env, session, inputId, history, fetched)
+      if (Either.isLeft(imported)) return
       const merged = Dialect.withContextParts(run, fetched, yield* pastChatsOf(env, run))
       for (const problem of merged.problems) yield* Effect.logWarning(`transport: ${session.requestId}: ${problem}; the turn starts without it`)
       yield* locked(session, Effect.flatMap(
-        startOf(env, session, merged.run, inputId),
+        startOf(env, session, merged.run, inputId, imported.right),
         (start) => step(env, session, SessionInput.TurnReady({ inputId, run: merged.run, start }))
       ))
     }))

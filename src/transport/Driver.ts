@@ -95,6 +95,7 @@ const carryOut = (env: InputEnv, session: Session, command: SessionCommand): Eff
     case "NextTurn":
     case "SendTurnEnd":
     case "DoneAtOnce":
+    case "AwaitBlobs":
       // Their callers' own (`accept`, the gap watch, the runner's gateway, the turn's end).
       return Effect.void
   }

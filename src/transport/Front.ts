@@ -1,9 +1,11 @@
 /**
- * The front door of the HTTP/1.1 listener: Node's server with one `request` listener, which
- * also takes the requests the proxy and the TLS listener hand on. Each request goes through it
- * once: answered 503 while the server is not accepting, checked by the door (`Door.ts`), then
- * sent to one place: an agent call (RunSSE, BidiAppend) to its wire (`front/Agent.ts`) in its
- * protocol (`front/Protocol.ts`), anything else to the Effect app that `HttpLayerRouter.serve`
+ * The front door: Node's HTTP/1.1 server with one `request` listener, which also takes the
+ * requests the proxy and the TLS listener hand on, and the HTTP/2 streams of both HTTP/2
+ * listeners (`Run.ts`, after the door's check). Each request goes through it once: answered
+ * 503 while the server is not accepting, checked by the door (`Door.ts`), then sent to one
+ * place in the protocol its content type names (`front/Protocol.ts`: Connect, gRPC, gRPC-Web):
+ * an agent call (RunSSE, BidiAppend, `Run`) to its wire (`front/Agent.ts`), a side RPC to its
+ * procedure (`front/Rpc.ts`), anything else to the Effect app that `HttpLayerRouter.serve`
  * serves through this listener's `HttpServer` (`layerServer`). docs/architecture.md, "The front
  * door", says why and how errors are answered.
  */
@@ -20,21 +22,38 @@ import { Door } from "./Door.js"
 import type { DoorService } from "./Door.js"
 import * as Agent from "./front/Agent.js"
 import { protocolOf, writeError } from "./front/Protocol.js"
-import type { ErrorOptions } from "./front/Protocol.js"
+import type { CallKind, ErrorOptions, NodeRequest, NodeResponse } from "./front/Protocol.js"
+import * as Rpc from "./front/Rpc.js"
+import { RUN_NEEDS_HTTP2, RUN_PATH } from "./front/Run.js"
+import type { RpcRoute } from "./front/Rpc.js"
 import { Transport } from "./Service.js"
 
 /** A Node request listener. */
 export type NodeHandler = (request: Http.IncomingMessage, response: Http.ServerResponse) => void
 
+/** A request listener for HTTP/1.1 and HTTP/2's compatibility API alike. */
+export type FrontHandler = (request: NodeRequest, response: NodeResponse) => void
+
 const STARTING = new ConnectError("unavailable", "the server is starting or stopping; try again in a moment")
 const NO_APP = new ConnectError("unavailable", "this listener is not serving this request yet (or any more); try again in a moment")
 
-/** An agent call in a protocol `protocolOf` does not serve (gRPC, gRPC-Web): 415, as Connect and gRPC ask. */
-const notServed = (call: Agent.AgentCall) =>
-  new ConnectError("unimplemented", `${call} is served over Connect (application/proto, application/connect+proto); gRPC and gRPC-Web are not served yet`)
+/** A content type none of the protocols serves: 415, as Connect and gRPC ask. */
+const notServed = (contentType: string | undefined) =>
+  new ConnectError("unimplemented", `${JSON.stringify(contentType ?? "")} is not a form served here (Connect: application/proto, application/json, application/connect+proto; gRPC: application/grpc; gRPC-Web: application/grpc-web+proto, application/grpc-web-text)`)
+
+/** The path of a request, its query aside. */
+const pathOf = (url: string) => {
+  const query = url.indexOf("?")
+  return query === -1 ? url : url.slice(0, query)
+}
+
+/** `/package.Service/Method`: a procedure's path (a dotted service name: the app's own routes have none). */
+const PROCEDURE_PATH = /^\/\w+(\.\w+)+\/\w+$/
+/** The RPC protocols' media types (not OTLP's protobuf, which is the app's). */
+const RPC_TYPE = /^\s*application\/(proto|json|connect\+|grpc)/i
 
 /** Answers a request the front door refuses, its body drained unread so the connection can serve the next. */
-const refuse = (request: Http.IncomingMessage, response: Http.ServerResponse, error: ConnectError, options: ErrorOptions = {}) => {
+const refuse = (request: NodeRequest, response: NodeResponse, error: ConnectError, options: ErrorOptions = {}) => {
   writeError(response, error, options)
   request.resume()
 }
@@ -51,6 +70,9 @@ export class FrontDoor {
   door: DoorService | undefined = undefined
   /** The agent calls' wire (none: their paths are the app's like any other). */
   agent: Agent.AgentWire | undefined = undefined
+  /** The side RPCs by path, and their wire (none: their paths are the app's like any other). */
+  rpcs: ReadonlyMap<string, RpcRoute> = new Map()
+  rpc: Rpc.RpcWire | undefined = undefined
   /** The Effect app: every request that is not an agent call. */
   app: NodeHandler | undefined = undefined
   readonly server: Http.Server
@@ -66,17 +88,33 @@ export class FrontDoor {
     this.route(request, response)
   }
 
-  /** Sends a request the door let through to the one place that serves it. */
-  readonly route: NodeHandler = (request, response) => {
+  /** Sends a request the door let through to the one place that serves it (an HTTP/2 stream comes here once checked). */
+  readonly route: FrontHandler = (request, response) => {
+    const url = request.url ?? ""
     const agent = this.agent
-    const call = agent === undefined ? undefined : Agent.agentCallOf(request.method, request.url ?? "")
-    if (agent !== undefined && call !== undefined) {
-      const protocol = protocolOf(request.headers["content-type"])
-      if (protocol === undefined) return refuse(request, response, notServed(call), { status: 415 })
-      return agent(call, protocol, request, response)
+    const call = agent === undefined ? undefined : Agent.agentCallOf(request.method, url, "stream" in response)
+    if (agent !== undefined && call !== undefined) return this.rpcIn(Agent.KIND[call], request, response, (protocol) => agent(call, protocol, request, response))
+    const rpc = this.rpc
+    if (rpc !== undefined && request.method === "POST") {
+      const path = pathOf(url)
+      const route = this.rpcs.get(path)
+      if (route !== undefined) return this.rpcIn("unary", request, response, (protocol) => rpc(route, path, protocol, request, response))
+      // A procedure this server does not have, asked in an RPC protocol: said so in that protocol.
+      if (PROCEDURE_PATH.test(path) && RPC_TYPE.test(request.headers["content-type"] ?? "")) {
+        return this.rpcIn("unary", request, response, (protocol) => {
+          request.resume()
+          protocol.error(response, "unary", path === RUN_PATH ? RUN_NEEDS_HTTP2 : new ConnectError("unimplemented", `POST ${path} is not implemented by this server`))
+        })
+      }
     }
-    if (this.app !== undefined) return this.app(request, response)
+    if (this.app !== undefined) return this.app(request as Http.IncomingMessage, response as Http.ServerResponse)
     refuse(request, response, NO_APP, { headers: { "retry-after": "1" } })
+  }
+
+  /** Serves an RPC in its request's protocol, or refuses a content type none serves with 415. */
+  private rpcIn(kind: CallKind, request: NodeRequest, response: NodeResponse, served: (protocol: NonNullable<ReturnType<typeof protocolOf>>) => void) {
+    const protocol = protocolOf(request.headers["content-type"], kind)
+    return protocol === undefined ? refuse(request, response, notServed(request.headers["content-type"]), { status: 415 }) : served(protocol)
   }
 }
 
@@ -96,6 +134,18 @@ export const layer: Layer.Layer<never, never, Transport | Door | HttpFront> = La
   front.door = door
   front.agent = Agent.make(transport, runFork)
   yield* Effect.addFinalizer(() => Effect.sync(() => void (front.agent = undefined)))
+}))
+
+/** Installs the side RPCs on the server's `HttpFront`, served in every protocol until the scope closes. */
+export const layerRpcs = (routes: ReadonlyMap<string, RpcRoute>): Layer.Layer<never, never, HttpFront> => Layer.scopedDiscard(Effect.gen(function*() {
+  const front = yield* HttpFront
+  const runFork = yield* Effect.withSchedulingPriority(FiberSet.makeRuntime<never>(), URGENT)
+  front.rpcs = routes
+  front.rpc = Rpc.make(runFork)
+  yield* Effect.addFinalizer(() => Effect.sync(() => {
+    front.rpc = undefined
+    front.rpcs = new Map()
+  }))
 }))
 
 /** The Connect error of a failure the app's routes left that says what went wrong: no route, a body that could not be read. */

@@ -124,6 +124,8 @@ const RPC_MEDIA_TYPES = new Set([
   "application/grpc-web",
   "application/grpc-web+proto",
   "application/grpc-web+json",
+  "application/grpc-web-text",
+  "application/grpc-web-text+proto",
   "application/x-protobuf"
 ])
 

@@ -10,13 +10,17 @@ import type { FrameSink } from "./TurnChannel.js"
 export interface TransportService {
   readonly options: TransportOptions
   /** Handles a BidiAppend body; answers with the (empty) response bytes or a Connect error. */
-  /** An append's answer: at once (the bytes) when it was taken in this call, else the effect that takes it. */
-  readonly bidiAppend: (body: Uint8Array, parent?: Dialect.ParentLink) => Uint8Array | Effect.Effect<Uint8Array, ConnectError>
+  /**
+   * An append's answer: at once (the bytes) when it was taken in this call, else the effect that
+   * takes it. `clientVersion`: the request's `x-cursor-client-version`, which its unknown fields
+   * are counted under (`Drift.ts`).
+   */
+  readonly bidiAppend: (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string) => Uint8Array | Effect.Effect<Uint8Array, ConnectError>
   /**
    * Opens the output of a RunSSE request body: attaching a sink gives it the frames (heartbeats
    * included), ending with end-stream; the attach returns the sink's detach.
    */
-  readonly runSse: (body: Uint8Array, parent?: Dialect.ParentLink) => Effect.Effect<AttachOutput, ConnectError>
+  readonly runSse: (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string) => Effect.Effect<AttachOutput, ConnectError>
   /**
    * One client message of a `Run` stream, the `seqno`th on it: taken in order like an append
    * (`Run` has no acknowledgements). Fails with a Connect error that ends the stream.

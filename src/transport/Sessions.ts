@@ -34,7 +34,7 @@ const encodeEvents = (session: Session, turn: TurnRef, callId: string, events: R
       continue
     }
     mcpTools ??= toolContext(state, turn).mcpTools
-    const encoded = Dialect.encodeResponseEvent(correlation, callId, event, { nowMs, mcpTools })
+    const encoded = Dialect.encodeResponseEvent(correlation, callId, event, { nowMs, mcpTools, routedModelUpdates: turn.settings.routedModelUpdates })
     correlation = encoded.correlation
     for (const message of encoded.messages) frames.push(frameOf(message))
   }

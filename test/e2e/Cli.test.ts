@@ -73,16 +73,16 @@ describe("the cursor-byok command", () => {
       assert.include(again.output, "nothing to undo")
     }))
 
-  it.scopedLive("with the TLS listener on, setup leaves HTTP/2 to Cursor; setup --http1 keeps it on HTTP/1.1", () =>
+  it.scopedLive("with the TLS listener on, setup keeps Cursor on HTTP/1.1; setup --http2 leaves HTTP/2 to it", () =>
     Effect.gen(function*() {
       const dir = yield* tempDirectory("cursor-byok-cli-")
       withConfig(dir, { proxy: { port: 18788 } })
       const plain = yield* cli(dir, ["setup"])
       assert.strictEqual(plain.code, 0, plain.output)
-      assert.notInclude(readFileSync(join(dir, "settings.json"), "utf8"), "disableHttp2")
-      const http1 = yield* cli(dir, ["setup", "--http1"])
-      assert.strictEqual(http1.code, 0, http1.output)
       assert.include(readFileSync(join(dir, "settings.json"), "utf8"), "\"cursor.general.disableHttp2\": true")
+      const http2 = yield* cli(dir, ["setup", "--http2"])
+      assert.strictEqual(http2.code, 0, http2.output)
+      assert.include(readFileSync(join(dir, "settings.json"), "utf8"), "\"cursor.general.disableHttp2\": false")
       assert.strictEqual((yield* cli(dir, ["unsetup"])).code, 0)
       assert.throws(() => readFileSync(join(dir, "settings.json")), /ENOENT/)
     }))
@@ -97,6 +97,7 @@ describe("the cursor-byok command", () => {
       assert.match(doctor.output, /FAIL\s+server reachable/)
       assert.match(doctor.output, /FAIL\s+CA valid and name-constrained/)
       assert.match(doctor.output, /FAIL\s+Cursor settings applied/)
+      assert.match(doctor.output, /FAIL\s+Cursor agent path\s+HTTP\/2: /)
       assert.match(doctor.output, /off\s+HTTP\/2 listener/)
     }))
 

@@ -153,6 +153,36 @@ describe("Compaction end to end", () => {
       assert.strictEqual((yield* app.store.segments("conv-sum").pipe(Effect.orDie)).length, 1)
     }))
 
+  it.scoped("a summarize_action without any request context: the summary call sends the last call's system prompt and tools byte for byte, its messages extending that call's", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make({ config: { compaction: { tailShare: 0.0001 } } })
+      const client = yield* clientFor(app, { turnTimeoutMs: 15_000 })
+      // The turns carry the workspace and a rule: the system prompt has an environment and rules section.
+      const context = { workspacePaths: ["/home/me/project"], requestContext: { rules: [{ fullPath: "/home/me/project/AGENTS.md", content: "Answer briefly." }] } }
+      app.provider.enqueue(answer("The build uses esbuild."), answer("Tests run with vitest."))
+      const one = yield* Effect.promise(() => client.run({ conversationId: "conv-sum-bare", text: "how is it built?", ...context }))
+      assertCleanOk(one)
+      const two = yield* Effect.promise(() => client.run({ conversationId: "conv-sum-bare", text: "and the tests?", conversationState: lastCheckpoint(one), ...context }))
+      assertCleanOk(two)
+      app.provider.enqueue(answer("SUMMARY: esbuild builds; vitest tests."))
+      const summarized = yield* Effect.promise(() =>
+        client.run({ conversationId: "conv-sum-bare", text: "", summarize: true, withoutContext: true, conversationState: lastCheckpoint(two) })
+      )
+      assertCleanOk(summarized)
+      assert.strictEqual(app.provider.requests.length, 3)
+
+      const [last, summary] = [bodyOf(app, 1), bodyOf(app, 2)]
+      const system = (body: ChatBody) => body.messages.filter((m) => m.role === "system").map(textOf)
+      assert.include(system(last)[0], "<environment>\nWorkspace folders: /home/me/project")
+      assert.include(system(last)[0], "Answer briefly.")
+      assert.deepStrictEqual(system(summary), system(last))
+      assert.strictEqual(JSON.stringify(summary["tools"]), JSON.stringify(last["tools"]))
+      assert.deepStrictEqual(summary.messages.slice(0, last.messages.length), last.messages)
+      // Serialized, the summary request is the last request's bytes plus the instruction.
+      assertBodyExtends(app, 1, 2)
+      assert.include(textOf(summary.messages.at(-1)), "write a summary of this whole conversation")
+    }))
+
   it.scoped("/summarize with instructions and Cursor's summarize command: the instructions reach the summary call, the message shows as its own turn, the model never sees it", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make()
@@ -298,8 +328,41 @@ describe("Rewind end to end", () => {
     }))
 })
 
+describe("A run request without a checkpoint end to end", () => {
+  for (const wire of ["sse", "run"] as const) {
+    it.scoped(`no conversation_state at all continues the stored history: the third call sees the first two turns (${wire}); an empty checkpoint (the first message edited) rewinds to nothing`, () =>
+      Effect.gen(function*() {
+        const app = yield* AppHarness.make()
+        const client = yield* clientFor(app, { turnTimeoutMs: 15_000, wire, runUrl: app.h2cUrl })
+        app.provider.enqueue(answer("The build uses esbuild."), answer("Tests run with vitest."), answer("With eslint."))
+        for (const text of ["how is it built?", "and the tests?", "and the linter?"]) {
+          assertCleanOk(yield* Effect.promise(() => client.run({ conversationId: `conv-none-${wire}`, text })))
+        }
+        const third = bodyOf(app, 2).messages.filter((m) => m.role !== "system")
+        assert.deepStrictEqual(third.map((m) => [m.role, textOf(m)]), [
+          ["user", "how is it built?"],
+          ["assistant", "The build uses esbuild."],
+          ["user", "and the tests?"],
+          ["assistant", "Tests run with vitest."],
+          ["user", "and the linter?"]
+        ])
+        assertBodyExtends(app, 1, 2)
+        assert.deepStrictEqual(yield* app.store.segments(`conv-none-${wire}`).pipe(Effect.orDie), [])
+
+        // A checkpoint that is there and names no message is the state before the first turn: a rewind to nothing.
+        app.provider.enqueue(answer("Edited."))
+        const edited = yield* Effect.promise(() =>
+          client.run({ conversationId: `conv-none-${wire}`, text: "how is it deployed?", conversationState: create(ConversationStateStructureSchema) })
+        )
+        assertCleanOk(edited)
+        assert.deepStrictEqual(bodyOf(app, 3).messages.filter((m) => m.role !== "system").map(textOf), ["how is it deployed?"])
+        assert.deepStrictEqual((yield* app.store.segments(`conv-none-${wire}`).pipe(Effect.orDie)).map((s) => [s.kind, s.kept, s.replaced]), [["rewind", 0, 6]])
+      }))
+  }
+})
+
 describe("Fork end to end", () => {
-  it.scoped("a new conversation id arriving with an earlier checkpoint (Fork Chat) is seeded from the stored history it names; unknown ids start afresh", () =>
+  it.scoped("a new conversation id arriving with an earlier checkpoint (Fork Chat) is seeded from the stored history it names; ids neither side holds fail the turn", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make()
       const client = yield* clientFor(app, { turnTimeoutMs: 15_000 })
@@ -327,12 +390,12 @@ describe("Fork end to end", () => {
       assert.strictEqual((yield* AppHarness.messagesOf(app, "conv-source")).length, 4)
       assert.strictEqual(lastCheckpoint(forked).rootPromptMessagesJson.length, 4)
 
-      // A checkpoint naming messages this server never stored: the chat starts afresh.
+      // A checkpoint naming messages this server never stored is read back from the client
+      // (test/e2e/Import.test.ts); one the client does not hold either fails, never starts afresh.
       const foreign = create(ConversationStateStructureSchema, { ...lastCheckpoint(two), rootPromptMessagesJson: [new Uint8Array(32).fill(7)] })
-      app.provider.enqueue(answer("Fresh."))
-      const fresh = yield* Effect.promise(() => client.run({ conversationId: "conv-foreign", text: "hello there", conversationState: foreign }))
-      assertCleanOk(fresh)
-      assert.deepStrictEqual(bodyOf(app, 3).messages.filter((m) => m.role !== "system").length, 1)
+      const lost = yield* Effect.promise(() => client.run({ conversationId: "conv-foreign", text: "hello there", conversationState: foreign }))
+      assert.strictEqual(endCode(lost), "failed_precondition")
+      assert.strictEqual(app.provider.requests.length, 3)
     }))
 })
 

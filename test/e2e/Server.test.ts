@@ -516,10 +516,17 @@ describe("Server end to end (real provider path)", () => {
       for (let i = 1; i < requests; i++) assertMessagesExtend(app, i - 1, i)
       const messages = yield* AppHarness.messagesOf(app, "conv-race")
       assertValidHistory(messages)
-      // Exactly one assistant message per finished model call, and none from a superseded one.
+      // Exactly one assistant message per finished model call, and a superseded one's only when
+      // it had streamed text: that text, as its partial answer (what its client saw).
       const assistants = messages.filter((m) => m.role === "assistant")
       const oks = [ta, tb].filter((t) => endCode(t) === "Ok").length
-      assert.strictEqual(assistants.length, oks)
+      const superseded = [ta, tb].find((t) => endCode(t) === "canceled")
+      const partials = superseded !== undefined && superseded.text !== "" ? 1 : 0
+      assert.strictEqual(assistants.length, oks + partials)
+      if (partials === 1) {
+        const partial = assistants[0]!
+        assert.strictEqual(partial.role === "assistant" ? partial.content.map((block) => (block.type === "text" ? block.text : "")).join("") : "", superseded!.text)
+      }
       assert.deepStrictEqual(messages.filter((m) => m.role === "user").length, 2)
       assert.strictEqual(messages[messages.length - 1]!.role, "assistant")
       assert.include(winner.text, "done")

@@ -62,14 +62,18 @@ describe("CursorSettings paths and keys", () => {
     assert.strictEqual(CursorSettings.defaultSettingsPath("darwin", { BYOK_CURSOR_SETTINGS: "/tmp/s.json" }, "/Users/ann"), "/tmp/s.json")
   })
 
-  it("sets the proxy keys, and disableHttp2 only when asked", () => {
+  it("sets the proxy keys and Cursor's HTTP/2 switch either way; only true selects HTTP/1.1", () => {
     assert.deepStrictEqual(wanted, {
       "http.proxy": "http://127.0.0.1:8788",
       "http.proxySupport": "on",
       "http.experimental.systemCertificatesV2": true,
       "cursor.general.disableHttp2": true
     })
-    assert.notProperty(CursorSettings.desired({ proxyUrl: "http://127.0.0.1:8788", disableHttp2: false }), "cursor.general.disableHttp2")
+    assert.strictEqual(CursorSettings.desired({ proxyUrl: "http://127.0.0.1:8788", disableHttp2: false })["cursor.general.disableHttp2"], false)
+    assert.strictEqual(CursorSettings.agentPathOf(wanted), "http1")
+    assert.strictEqual(CursorSettings.agentPathOf({}), "http2")
+    assert.strictEqual(CursorSettings.agentPathOf({ "cursor.general.disableHttp2": false }), "http2")
+    assert.strictEqual(CursorSettings.agentPathOf({ "cursor.general.disableHttp2": "true" }), "http2")
   })
 
   it("apply keeps comments, trailing commas and the file's tabs; status reports each key", () => {
@@ -197,13 +201,17 @@ describe("CursorSettings setup and unsetup", () => {
       assert.strictEqual(yield* p.fs.readFileString(p.settings), userFile)
     })))
 
-  it.effect("disableHttp2 false leaves cursor.general.disableHttp2 as the user had it", () =>
+  it.effect("the HTTP/2 switch the user set to true comes back after a setup that wrote false", () =>
     run(Effect.gen(function*() {
-      const before = "{\n\t\"cursor.general.disableHttp2\": false\n}\n"
+      const before = "{\n\t\"cursor.general.disableHttp2\": true\n}\n"
       const p = yield* withFile(before)
       const summary = yield* CursorSettings.setup(p.settings, p.journal, CursorSettings.desired({ proxyUrl: "http://127.0.0.1:8788", disableHttp2: false }))
-      assert.notInclude(summary.changes.map((c) => c.key), "cursor.general.disableHttp2")
-      assert.strictEqual(valuesOf(yield* p.fs.readFileString(p.settings))["cursor.general.disableHttp2"], false)
+      assert.deepStrictEqual(summary.changes.find((c) => c.key === "cursor.general.disableHttp2"), { key: "cursor.general.disableHttp2", before: true, after: false })
+      const during = yield* p.fs.readFileString(p.settings)
+      assert.strictEqual(valuesOf(during)["cursor.general.disableHttp2"], false)
+      yield* p.fs.writeFileString(p.settings, during.replace("{\n", "{\n\t\"editor.tabSize\": 2,\n"))
+      yield* CursorSettings.unsetup(p.settings, p.journal)
+      assert.deepStrictEqual(valuesOf(yield* p.fs.readFileString(p.settings)), { "editor.tabSize": 2, "cursor.general.disableHttp2": true })
     })))
 
   it.effect("a Windows file (byte-order mark, CRLF, two spaces) keeps its shape through a key-by-key unsetup", () =>

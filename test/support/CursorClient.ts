@@ -26,6 +26,7 @@ import { performance } from "node:perf_hooks"
 import { gunzipSync } from "node:zlib"
 import * as Dialect from "../../src/Dialect.js"
 import {
+  AgentRunRequestSchema,
   AgentClientMessageSchema,
   AgentMode,
   AgentServerMessageSchema,
@@ -223,6 +224,11 @@ export interface RunRequestSpec {
   readonly resume?: boolean
   /** The user's summarize: the action is `summarize_action` (no message; `text` is not sent). */
   readonly summarize?: boolean
+  /**
+   * With `summarize`: no request context at all, neither `request_context_parts` nor anything
+   * else (Cursor's schema gives `summarize_action` no request context of its own).
+   */
+  readonly withoutContext?: boolean
   /** Slash commands picked with the message (`selected_context.cursor_commands`), e.g. `glass-action-summarize`. */
   readonly cursorCommands?: ReadonlyArray<{ readonly name: string; readonly content?: string }>
   /**
@@ -233,6 +239,8 @@ export interface RunRequestSpec {
   readonly selectedContext?: MessageInitShape<typeof SelectedContextSchema>
   /** The run request's `custom_system_prompt` (appended to the system prompt). */
   readonly customSystemPrompt?: string
+  /** More run request fields, as newer clients send them (`agent_session_id`, capability flags, `system_prompt_spec`). */
+  readonly runRequestExtras?: Omit<MessageInitShape<typeof AgentRunRequestSchema>, "$typeName">
 }
 
 const agentMode = (mode: RunRequestSpec["mode"]): AgentMode => Dialect.agentModeOf(mode ?? "agent")
@@ -274,6 +282,7 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
         conversationId: spec.conversationId,
         requestedModel: { modelId: spec.model ?? "fake-model" },
         ...(spec.customSystemPrompt !== undefined ? { customSystemPrompt: spec.customSystemPrompt } : {}),
+        ...spec.runRequestExtras,
         ...(spec.subagentTypeName !== undefined ? { subagentTypeName: spec.subagentTypeName } : {}),
         ...(spec.conversationState !== undefined ? { conversationState: spec.conversationState } : {}),
         ...(spec.mcpTools !== undefined ? { mcpTools: { mcpTools: spec.mcpTools as Array<McpToolDefinition> } } : {}),
@@ -283,7 +292,7 @@ export const runRequestMessage = (spec: RunRequestSpec): AgentClientMessageInit 
           : spec.resume === true
           ? { action: { case: "resumeAction", value: {} } }
           : spec.summarize === true
-          ? { action: { case: "summarizeAction", value: {} }, requestContextParts: { dynamicContext: { env } } }
+          ? { action: { case: "summarizeAction", value: {} }, ...(spec.withoutContext === true ? {} : { requestContextParts: { dynamicContext: { env } } }) }
           : refOnly === undefined
           ? { action: { case: "userMessageAction", value: { userMessage, requestContext } } }
           : {
@@ -994,6 +1003,8 @@ export interface Connection {
   readonly number: number
   readonly frames: Array<Frame>
   request: http.ClientRequest | undefined
+  /** Wire "sse": the RunSSE response, once its head arrived (`Turn.pauseReading` pauses it). */
+  response?: http.IncomingMessage
   headers: http.IncomingHttpHeaders
   finished: boolean
 }
@@ -1365,6 +1376,20 @@ export class Turn {
     this.wire.halfClose()
   }
 
+  /**
+   * Wire "sse": stops reading the current RunSSE connection, which stays open (a client that
+   * stopped reading a slow turn): the server's frames wait in the socket's buffers until
+   * `resumeReading`.
+   */
+  pauseReading(): void {
+    this.connections[this.connections.length - 1]?.response?.pause()
+  }
+
+  /** Wire "sse": reads the current RunSSE connection again, from what waited in its buffers. */
+  resumeReading(): void {
+    this.connections[this.connections.length - 1]?.response?.resume()
+  }
+
   private disconnectRunSse(): void {
     const current = this.connections[this.connections.length - 1]
     if (current !== undefined) {
@@ -1382,6 +1407,7 @@ export class Turn {
       const headers = { "x-cursor-streaming": "true", ...this.client.options.extraHeaders }
       const request = requestOf(url)(runSseRequestOptions(url, this.requestId, body, this.client.agent, headers), (response) => {
         connection.headers = response.headers
+        connection.response = response
         resolveOpen()
         if (response.statusCode !== 200) this.problems.push(`RunSSE answered HTTP ${response.statusCode}`)
         let buffer: Buffer = Buffer.alloc(0)

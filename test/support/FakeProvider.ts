@@ -13,6 +13,7 @@
  *   provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.text("Hello")))
  *   provider.baseUrl                                     // http://127.0.0.1:PORT/v1
  *   provider.requests                                    // [{ method, path, headers, body }, ...]
+ *   provider.peakOpen()                                  // most requests being answered at once
  */
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
@@ -46,6 +47,19 @@ export interface RecordedRequest {
   readonly body: string
 }
 
+/**
+ * One request's life on the provider, from its arrival (head received) to its response's close
+ * (answered in full, or the client aborted it), in the provider's own order of events: `openedAt`
+ * and `closedAt` count the provider's arrivals and closes, so two lives overlap exactly when one
+ * opened before the other closed.
+ */
+export interface StreamLife {
+  /** The request's position in `requests`, once its body was read (-1 until then). */
+  index: number
+  readonly openedAt: number
+  closedAt: number | undefined
+}
+
 export interface FakeProvider {
   /** `http://127.0.0.1:PORT` */
   readonly url: string
@@ -59,6 +73,10 @@ export interface FakeProvider {
   readonly setFallback: (respond: (request: RecordedRequest) => Scripted) => void
   /** Responses still queued. */
   readonly pending: () => number
+  /** Every request's life (arrival to close), in arrival order. */
+  readonly lives: ReadonlyArray<StreamLife>
+  /** The most requests that were open (arrived, response not closed) at once. */
+  readonly peakOpen: () => number
 }
 
 // =============================================================================
@@ -212,9 +230,21 @@ const listen = (): Promise<Running> =>
   new Promise((resolve) => {
     const queue: Array<Scripted> = []
     const requests: Array<RecordedRequest> = []
+    const lives: Array<StreamLife> = []
+    let clock = 0
+    let open = 0
+    let peak = 0
     let closing = false
     let fallback = (_request: RecordedRequest): Scripted => status(500, { error: { message: "no scripted response" } })
     const server = Http.createServer((request, response) => {
+      const life: StreamLife = { index: -1, openedAt: ++clock, closedAt: undefined }
+      lives.push(life)
+      open++
+      peak = Math.max(peak, open)
+      response.once("close", () => {
+        life.closedAt = ++clock
+        open--
+      })
       const chunks: Array<Buffer> = []
       request.on("data", (chunk: Buffer) => chunks.push(chunk))
       request.on("end", () => {
@@ -224,6 +254,7 @@ const listen = (): Promise<Running> =>
           headers: { ...request.headers },
           body: Buffer.concat(chunks).toString("utf8")
         }
+        life.index = requests.length
         requests.push(recorded)
         serve(response, queue.shift() ?? fallback(recorded), () => closing)
       })
@@ -242,7 +273,9 @@ const listen = (): Promise<Running> =>
           setFallback: (respond) => {
             fallback = respond
           },
-          pending: () => queue.length
+          pending: () => queue.length,
+          lives,
+          peakOpen: () => peak
         },
         close: () =>
           new Promise<void>((done) => {

@@ -13,8 +13,12 @@ import type { CompactionProgress, DispatchedOperation, TurnOutcome, TurnRef } fr
 export type Script =
   | { readonly _tag: "Events"; readonly events: ReadonlyArray<ResponseEvent> }
   | { readonly _tag: "Fail"; readonly error: LlmError }
-  /** Emits the events, then never ends until interrupted (records the interruption). */
-  | { readonly _tag: "Stall"; readonly events: ReadonlyArray<ResponseEvent> }
+  /**
+   * Emits the events, then never ends until interrupted (records the interruption). With
+   * `closing`, an interrupted stream takes until `closing` completes to close (a provider's
+   * connection slow to go away): it counts as open until then.
+   */
+  | { readonly _tag: "Stall"; readonly events: ReadonlyArray<ResponseEvent>; readonly closing?: Deferred.Deferred<void> }
 
 export interface LlmCallRecord {
   readonly callId: string
@@ -60,16 +64,31 @@ export const call = (id: string, name = "read", args = `{"path":"a.ts"}`): ToolC
 
 /**
  * A scripted model: each call takes the next script; once they run out, `respond` (if given)
- * answers from the request itself, which keeps concurrent conversations deterministic.
+ * answers from the request itself, which keeps concurrent conversations deterministic. `open`
+ * counts the streams of each conversation open now (from the call until its stream has closed),
+ * `peakOpen` the most that were ever open at once for one conversation.
  */
 export const makeFakeLlm = (scripts: ReadonlyArray<Script>, respond?: (request: RequestMessages, callId: string) => Script) =>
   Effect.gen(function*() {
     const queue = scripts.slice()
     const calls = yield* Ref.make<ReadonlyArray<LlmCallRecord>>([])
     const interrupted = yield* Ref.make(0)
+    const open = new Map<string, number>()
+    const peakOpen = yield* Ref.make(0)
+    const conversationOf = (callId: string) => callId.replace(/\/t\d+\/c\d+$/, "")
+    const opened = (callId: string) =>
+      Effect.acquireRelease(
+        Effect.flatMap(Effect.sync(() => {
+          const now = (open.get(conversationOf(callId)) ?? 0) + 1
+          open.set(conversationOf(callId), now)
+          return now
+        }), (now) => Ref.update(peakOpen, (peak) => Math.max(peak, now))),
+        () => Effect.sync(() => void open.set(conversationOf(callId), open.get(conversationOf(callId))! - 1))
+      )
     const layer = Layer.succeed(Llm, {
       stream: (request, options) =>
-        Stream.unwrap(Effect.gen(function*() {
+        Stream.unwrapScoped(Effect.gen(function*() {
+          yield* opened(options.callId)
           yield* Ref.update(calls, (all) => [...all, { callId: options.callId, model: options.model, request }])
           const script = queue.shift() ?? respond?.(request, options.callId) ?? text("(no script left)")
           switch (script._tag) {
@@ -77,15 +96,18 @@ export const makeFakeLlm = (scripts: ReadonlyArray<Script>, respond?: (request: 
               return Stream.fromIterable(script.events)
             case "Fail":
               return Stream.fail(script.error)
-            case "Stall":
+            case "Stall": {
+              const closing = script.closing
+              if (closing !== undefined) yield* Effect.addFinalizer(() => Deferred.await(closing))
               return Stream.concat(
                 Stream.fromIterable(script.events),
                 Stream.fromEffect(Effect.never.pipe(Effect.onInterrupt(() => Ref.update(interrupted, (n) => n + 1))))
               )
+            }
           }
         }))
     })
-    return { layer, calls, interrupted }
+    return { layer, calls, interrupted, peakOpen, openOf: (conversationId: string) => open.get(conversationId) ?? 0 }
   })
 
 export interface Finished {

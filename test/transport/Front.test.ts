@@ -269,20 +269,27 @@ describe("The front door", () => {
       assert.deepStrictEqual([checks, appended.length, left], [5, 1, ["GET /healthz"]])
     }))
 
-  it.scopedLive("an agent call in gRPC or gRPC-Web is refused readably (415, unimplemented), never served as Connect", () =>
+  it.scopedLive("an agent call in gRPC or gRPC-Web is served in that protocol (enveloped answer, status in trailers); a content type no protocol serves is 415", () =>
     Effect.gen(function*() {
       const appended: Array<Uint8Array> = []
       const { left, port } = yield* frontedServer((body) => Effect.sync(() => {
         appended.push(body)
         return new Uint8Array()
       }), 1024, () => Effect.die("no stream may open"))
-      for (const [path, contentType] of [[BIDI_APPEND_PATH, "application/grpc"], [RUN_SSE_PATH, "application/grpc-web+proto"], [BIDI_APPEND_PATH, "Application/GRPC-Web"]] as const) {
-        const answer = yield* Effect.promise(() => request(port, "POST", path, new Uint8Array([0, 0, 0, 0, 0]), { "content-type": contentType }))
-        assert.strictEqual(answer.status, 415, contentType)
-        assert.strictEqual(answer.headers["content-type"], "application/json")
-        assert.deepInclude(JSON.parse(Buffer.from(answer.body).toString()), { code: "unimplemented" })
-      }
-      assert.deepStrictEqual([appended.length, left], [0, []])
+      const message = new Uint8Array([10, 0])
+      const enveloped = new Uint8Array([0, 0, 0, 0, 2, 10, 0])
+      const web = yield* Effect.promise(() => request(port, "POST", BIDI_APPEND_PATH, enveloped, { "content-type": "Application/GRPC-Web" }))
+      assert.strictEqual(web.status, 200)
+      assert.strictEqual(web.headers["content-type"], "application/grpc-web+proto")
+      assert.strictEqual(Buffer.from(web.body).toString("latin1"), "\0\0\0\0\0\x80\0\0\0\x10grpc-status: 0\r\n")
+      const grpc = yield* Effect.promise(() => request(port, "POST", BIDI_APPEND_PATH, enveloped, { "content-type": "application/grpc" }))
+      assert.strictEqual(grpc.status, 200)
+      assert.strictEqual(grpc.headers["content-type"], "application/grpc+proto")
+      assert.deepStrictEqual(appended, [message, message])
+      const odd = yield* Effect.promise(() => request(port, "POST", BIDI_APPEND_PATH, enveloped, { "content-type": "application/grpc-web-text+json" }))
+      assert.strictEqual(odd.status, 415)
+      assert.deepInclude(JSON.parse(Buffer.from(odd.body).toString()), { code: "unimplemented" })
+      assert.deepStrictEqual([appended.length, left], [2, []])
     }))
 
   it.scopedLive("one request listener: the Effect app served on the listener gets every request but the agent calls; a failure it leaves is a Connect error (internal, or not_found with no route)", () =>

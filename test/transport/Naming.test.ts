@@ -5,7 +5,6 @@
  * side routes without a naming service (the fallbacks answer).
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
-import { HttpLayerRouter } from "@effect/platform"
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Effect, Option, Redacted } from "effect"
 import { NameAgentRequestSchema, NameAgentResponseSchema, UpdateConversationMetadataRequestSchema } from "../../src/gen/agent/v1/agent_pb.js"
@@ -26,6 +25,7 @@ import { changedFiles, fileSections, truncateDiffs } from "../../src/naming/Diff
 import * as Titles from "../../src/naming/Titles.js"
 import * as Store from "../../src/Store.js"
 import * as SideRpcs from "../../src/transport/SideRpcs.js"
+import { sideServer } from "../support/SideServer.js"
 
 const fileDiff = (path: string, lines: number, line = "+ a changed line") =>
   [`diff --git a/${path} b/${path}`, "index 1111111..2222222 100644", `--- a/${path}`, `+++ b/${path}`, `@@ -1,${lines} +1,${lines} @@`, ...Array.from({ length: lines }, () => line)].join("\n")
@@ -195,7 +195,7 @@ describe("chat names in the store", () => {
 
 describe("the naming routes without a naming service", () => {
   const catalogue: SideRpcs.CatalogueOptions = { models: [], defaultModel: undefined }
-  const { dispose, handler } = HttpLayerRouter.toWebHandler(SideRpcs.layerRoutes(catalogue), { disableLogger: true })
+  const { dispose, handler } = sideServer(catalogue)
   afterAll(() => dispose())
   const post = async (path: string, body: Uint8Array) =>
     handler(new Request(`http://localhost${path}`, { method: "POST", body, headers: { "content-type": "application/proto" } }))

@@ -73,10 +73,10 @@ describe("Request policy", () => {
   })
 
   it("content type: only Connect, gRPC and gRPC-Web media types on RPC routes; pages and GETs take none", () => {
-    for (const contentType of ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", undefined, "application/grpc-web-text"]) {
+    for (const contentType of ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", undefined, "application/grpc-web-text+json"]) {
       assert.strictEqual(causeOf(Policy.check(loopback, facts({ contentType }))), "415 content-type", String(contentType))
     }
-    for (const contentType of ["application/proto", "application/json; charset=utf-8", "application/connect+proto", "application/grpc", "application/grpc-web+proto", "Application/GRPC-Web"]) {
+    for (const contentType of ["application/proto", "application/json; charset=utf-8", "application/connect+proto", "application/grpc", "application/grpc-web+proto", "Application/GRPC-Web", "application/grpc-web-text"]) {
       assert.strictEqual(causeOf(Policy.check(loopback, facts({ contentType }))), "pass", contentType)
     }
     assert.strictEqual(causeOf(Policy.check(loopback, facts({ method: "GET", path: "/console", contentType: undefined }))), "pass")

@@ -8,12 +8,9 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
-import { execFileSync } from "node:child_process"
-import { readFileSync } from "node:fs"
 import * as http from "node:http"
 import * as Http2 from "node:http2"
 import * as Tls from "node:tls"
-import { join } from "node:path"
 import { gzipSync } from "node:zlib"
 import * as Dialect from "../../src/Dialect.js"
 import { AgentClientMessageSchema } from "../../src/gen/agent/v1/agent_pb.js"
@@ -22,6 +19,7 @@ import { ConnectError, parseEnvelopes } from "../../src/transport/Connect.js"
 import { serverConfig } from "../../src/transport/SideRpcs.js"
 import * as AppHarness from "../support/AppHarness.js"
 import { freePort } from "../support/ChildServer.js"
+import { selfSignedCert } from "../support/OfficialClients.js"
 import { CursorClient, envelope, FLAG_END_STREAM, runRequestMessage, seededRandom } from "../support/CursorClient.js"
 import type { AgentClientMessageInit } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
@@ -237,16 +235,10 @@ describe("Bad input on the HTTP/2 Run wire", () => {
 describe("the TLS listener (ALPN h2)", () => {
   it.scopedLive("a real TLS handshake negotiates h2 and serves Run; an HTTP/1.1-only TLS client gets a Connect error; GetServerConfig advertises the listener", () =>
     Effect.gen(function*() {
-      const dir = yield* tempDirectory("cursor-byok-tls-")
-      execFileSync("openssl", [
-        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-        "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem")
-      ], { stdio: "ignore" })
-      const cert = readFileSync(join(dir, "cert.pem"))
+      const { cert, certFile, keyFile } = selfSignedCert(yield* tempDirectory("cursor-byok-tls-"))
       const port = yield* Effect.promise(() => freePort())
       const app = yield* AppHarness.make({
-        config: { blobAckTimeoutMs: 300, http2: { cleartextPort: null, tls: { port, certFile: join(dir, "cert.pem"), keyFile: join(dir, "key.pem") } } }
+        config: { blobAckTimeoutMs: 300, http2: { cleartextPort: null, tls: { port, certFile, keyFile } } }
       })
       app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.text("over tls")))
       assert.strictEqual(app.tlsPort, port)

@@ -1,8 +1,6 @@
 import { create, fromBinary, fromJson, toBinary } from "@bufbuild/protobuf"
 import type { DescMessage, JsonValue, MessageShape } from "@bufbuild/protobuf"
-import { HttpLayerRouter } from "@effect/platform"
 import { afterAll, assert, describe, it } from "@effect/vitest"
-import { Layer } from "effect"
 import { GetDefaultModelForCliResponseSchema, GetUsableModelsRequestSchema, GetUsableModelsResponseSchema } from "../../src/gen/agent/v1/agent_pb.js"
 import {
   AvailableModelsRequestSchema,
@@ -17,6 +15,7 @@ import * as Account from "../../src/gen/aiserver/v1/account_pb.js"
 import * as Telemetry from "../../src/gen/aiserver/v1/telemetry_pb.js"
 import * as Metrics from "../../src/Metrics.js"
 import * as SideRpcs from "../../src/transport/SideRpcs.js"
+import { sideServer } from "../support/SideServer.js"
 
 const catalogue: SideRpcs.CatalogueOptions = {
   models: [
@@ -26,7 +25,7 @@ const catalogue: SideRpcs.CatalogueOptions = {
   defaultModel: "claude-thinking"
 }
 
-const { dispose, handler } = HttpLayerRouter.toWebHandler(Layer.mergeAll(SideRpcs.layerRoutes(catalogue), Metrics.layerRoutes), { disableLogger: true })
+const { dispose, handler } = sideServer(catalogue, Metrics.layerRoutes)
 afterAll(() => dispose())
 
 const post = (path: string, body: Uint8Array, contentType = "application/proto") =>
@@ -202,7 +201,7 @@ describe("offline identity", () => {
 
   it("the identity comes from the options", async () => {
     const identity = { email: "me@example.org", name: "Me" }
-    const custom = HttpLayerRouter.toWebHandler(SideRpcs.layerRoutes({ ...catalogue, identity }), { disableLogger: true })
+    const custom = sideServer({ ...catalogue, identity })
     try {
       const response = await custom.handler(new Request("http://localhost/aiserver.v1.AuthService/GetEmail", { method: "POST", body: new Uint8Array() }))
       assert.strictEqual(fromBinary(Account.GetEmailResponseSchema, await bytes(response)).email, "me@example.org")
@@ -232,7 +231,8 @@ describe("routing lists", () => {
     for (const path of ["/aiserver.v1.AnalyticsService/BootstrapStatsig", "/aiserver.v1.AnalyticsService/GetFirstWindowStatsigDecision", "/aiserver.v1.AuthService/GetEmail", "/aiserver.v1.DashboardService/GetMe", "/auth/full_stripe_profile", "/auth/stripe_profile"]) {
       assert.include(SideRpcs.accountProcedures, path)
     }
-    assert.strictEqual(SideRpcs.localProcedures.length, 21)
+    // 21, and NameTab and GetPromptContextUsage (issue 39 item 5).
+    assert.strictEqual(SideRpcs.localProcedures.length, 23)
     assert.strictEqual(SideRpcs.accountProcedures.length, 13)
   })
 })

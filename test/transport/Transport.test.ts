@@ -4,8 +4,6 @@
  */
 import { create, toBinary } from "@bufbuild/protobuf"
 import { Code, ConnectError, createClient } from "@connectrpc/connect"
-import { createTransport } from "@connectrpc/connect/protocol-connect"
-import { createNodeHttpClient } from "@connectrpc/connect-node"
 import { createConnectTransport } from "@connectrpc/connect-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
@@ -23,6 +21,7 @@ import type { Delivery, ExecAnswer, FrameEvent, Transcript } from "../support/Cu
 import { answerEvents, assistant, call, providerDown, text, toolCalls, usage } from "../support/FakeRuntime.js"
 import type { Script } from "../support/FakeRuntime.js"
 import * as ServerHarness from "../support/ServerHarness.js"
+import { connectShimTransport } from "../support/OfficialClients.js"
 
 // -----------------------------------------------------------------------------
 // Helpers
@@ -655,37 +654,12 @@ describe("Transport end to end", () => {
 // The official Connect client
 // -----------------------------------------------------------------------------
 
-/**
- * The official client insists on `application/connect+proto` for a stream; Cursor's RunSSE
- * answers `text/event-stream` (as api2 does). This shim only rewrites that header, so the
- * envelopes and the end-stream frame are parsed by Connect's own code.
- */
-const officialTransport = (baseUrl: string) => {
-  const node = createNodeHttpClient({ httpVersion: "1.1" })
-  return createTransport({
-    baseUrl,
-    httpClient: async (request) => {
-      const response = await node(request)
-      const header = new Headers(response.header)
-      if (header.get("content-type") === "text/event-stream") header.set("content-type", "application/connect+proto")
-      return { ...response, header }
-    },
-    useBinaryFormat: true,
-    interceptors: [],
-    acceptCompression: [],
-    sendCompression: null,
-    compressMinBytes: 1024,
-    readMaxBytes: 0xffffffff,
-    writeMaxBytes: 0xffffffff
-  })
-}
-
 describe("Connect framing against the official @connectrpc/connect-node client", () => {
   it.scopedLive("the official client posts BidiAppends, reads the RunSSE stream to its end-stream {}, and gets unary errors", () =>
     Effect.gen(function*() {
       const harness = yield* ServerHarness.make({ scripts: [chunkedText(["official ", "client"], usage(2, 2))] })
       const bidi = createClient(BidiService, createConnectTransport({ baseUrl: harness.baseUrl, httpVersion: "1.1" }))
-      const agent = createClient(AgentService, officialTransport(harness.baseUrl))
+      const agent = createClient(AgentService, connectShimTransport(harness.baseUrl))
       const requestId = "req-official"
       const run = runRequestMessage({ conversationId: "conv-official", text: "hello", messageId: "m1" })
       const appended = yield* Effect.promise(() =>
@@ -721,7 +695,7 @@ describe("Connect framing against the official @connectrpc/connect-node client",
     Effect.gen(function*() {
       const stall: Script = { _tag: "Stall", events: [{ _tag: "Start" }, { _tag: "TextStart", index: 0 }, { _tag: "TextDelta", index: 0, delta: "…" }] }
       const harness = yield* ServerHarness.make({ scripts: [stall] })
-      const agent = createClient(AgentService, officialTransport(harness.baseUrl))
+      const agent = createClient(AgentService, connectShimTransport(harness.baseUrl))
       const client = yield* clientFor(harness)
       const requestId = "req-official-cancel"
       yield* Effect.promise(() => client.append(requestId, 0, runRequestMessage({ conversationId: "conv-official-cancel", text: "hi" })))

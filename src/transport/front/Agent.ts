@@ -1,88 +1,52 @@
 /**
- * The agent calls on HTTP/1.1, served on Node's request and response: BidiAppend (unary: the
- * append's answer) and RunSSE (a server stream: the turn's frames). The request's protocol
- * (`Protocol.ts`) reads the body and writes the answer, the frames and the errors; the
- * transport's effect runs in a fiber of the request's own. Why not through the Effect router:
- * docs/architecture.md, "The front door".
+ * The agent calls, served on Node's request and response (HTTP/1.1, or HTTP/2's compatibility
+ * API): BidiAppend (unary: the append's answer), RunSSE (a server stream: the turn's frames) and,
+ * on HTTP/2, `Run` (a bidi stream, `Run.ts`). The request's protocol (`Protocol.ts`) reads the
+ * body and writes the answer, the frames and the errors; the transport's effect runs in a fiber
+ * of the request's own. Why not through the Effect router: docs/architecture.md, "The front door".
  */
-import { Cause, Effect, Exit, Option } from "effect"
-import type { Fiber } from "effect"
-import type { IncomingMessage, ServerResponse } from "node:http"
+import { Effect } from "effect"
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2"
+import { clientVersionOf } from "../../Drift.js"
+import * as Dialect from "../../Dialect.js"
 import { ConnectError } from "../Connect.js"
 import { BIDI_APPEND_PATH, RUN_SSE_PATH } from "../Service.js"
 import type { TransportService } from "../Service.js"
 import { parentLinkOf } from "../Subagents.js"
 import type { FrameSink } from "../TurnChannel.js"
-import type { CallKind, Protocol } from "./Protocol.js"
+import type { CallKind, NodeRequest, NodeResponse, Protocol } from "./Wire.js"
+import { RUN_PATH, serveRun } from "./Run.js"
+import { inJson } from "./Json.js"
+import { refuse, serve } from "./Serve.js"
+import type { CallOf, RunFork } from "./Serve.js"
 
-/** Forks an effect in the front's fiber set (`FiberSet.makeRuntime`). */
-export type RunFork = <A, E>(effect: Effect.Effect<A, E, never>) => Fiber.RuntimeFiber<A, E>
+export type { RunFork } from "./Serve.js"
 
-export type AgentCall = "BidiAppend" | "RunSSE"
+export type AgentCall = "BidiAppend" | "RunSSE" | "Run"
 
-const KIND: Record<AgentCall, CallKind> = { BidiAppend: "unary", RunSSE: "stream" }
+export const KIND: Record<AgentCall, CallKind> = { BidiAppend: "unary", RunSSE: "stream", Run: "bidi" }
 
-/** The agent call a request makes, by its method and path (a query aside); undefined: not one. */
-export const agentCallOf = (method: string | undefined, url: string): AgentCall | undefined => {
+const callOf = (call: AgentCall): CallOf => ({ name: call, kind: KIND[call] })
+
+/** The agent call a request makes, by its method and path (a query aside); undefined: not one (`Run` on HTTP/1.1 neither: it needs HTTP/2). */
+export const agentCallOf = (method: string | undefined, url: string, http2: boolean): AgentCall | undefined => {
   if (method !== "POST") return undefined
   const query = url.indexOf("?")
   const path = query === -1 ? url : url.slice(0, query)
-  return path === BIDI_APPEND_PATH ? "BidiAppend" : path === RUN_SSE_PATH ? "RunSSE" : undefined
+  return path === BIDI_APPEND_PATH ? "BidiAppend" : path === RUN_SSE_PATH ? "RunSSE" : path === RUN_PATH && http2 ? "Run" : undefined
 }
 
 /** Serves one agent call, in the protocol the request speaks. */
-export type AgentWire = (call: AgentCall, protocol: Protocol, request: IncomingMessage, response: ServerResponse) => void
-
-const headerOf = (request: IncomingMessage, name: string): string => {
-  const value = request.headers[name]
-  return typeof value === "string" ? value : ""
-}
-
-/** A refused call: its answer, and a warning in the log. */
-const refuse = (runFork: RunFork, protocol: Protocol, request: IncomingMessage, response: ServerResponse, call: AgentCall, error: ConnectError) => {
-  protocol.error(response, KIND[call], error)
-  runFork(Effect.logWarning(`${call} refused: ${error.code}: ${error.message}`).pipe(
-    Effect.annotateLogs({ requestId: headerOf(request, "x-request-id") })
-  ))
-}
-
-/**
- * Runs `effect` for a call in its own fiber: stopped when the client goes away first; a
- * Connect error is refused, a defect answered `internal` and logged; `onSuccess` answers.
- */
-const serve = <A>(
-  runFork: RunFork,
-  protocol: Protocol,
-  request: IncomingMessage,
-  response: ServerResponse,
-  call: AgentCall,
-  effect: Effect.Effect<A, ConnectError>,
-  onSuccess: (value: A) => void
-) => {
-  const fiber = runFork(effect)
-  const onClose = () => {
-    if (!response.writableEnded) fiber.unsafeInterruptAsFork(fiber.id())
-  }
-  response.once("close", onClose)
-  fiber.addObserver((exit) => {
-    response.off("close", onClose)
-    if (Exit.isSuccess(exit)) return onSuccess(exit.value)
-    const failure = Cause.failureOption(exit.cause)
-    if (Option.isSome(failure)) return refuse(runFork, protocol, request, response, call, failure.value)
-    if (response.destroyed || Cause.isInterruptedOnly(exit.cause)) return
-    protocol.error(response, KIND[call], new ConnectError("internal", `the ${call} request could not be handled`))
-    runFork(Effect.logError(`${call} failed`, exit.cause))
-  })
-}
+export type AgentWire = (call: AgentCall, protocol: Protocol, request: NodeRequest, response: NodeResponse) => void
 
 /** BidiAppend: the append's answer. */
-const bidiAppend = (transport: TransportService, runFork: RunFork, protocol: Protocol, request: IncomingMessage, response: ServerResponse) =>
-  protocol.read(request, transport.options.bidiAppendMaxBytes, (body) => {
-    if (body instanceof ConnectError) return refuse(runFork, protocol, request, response, "BidiAppend", body)
-    const answer = transport.bidiAppend(body, parentLinkOf(request.headers))
+const bidiAppend = (transport: TransportService, runFork: RunFork, protocol: Protocol, request: NodeRequest, response: NodeResponse) =>
+  protocol.read(request, transport.options.bidiAppendMaxBytes, "unary", (body) => {
+    if (body instanceof ConnectError) return refuse(runFork, protocol, request, response, callOf("BidiAppend"), body)
+    const answer = transport.bidiAppend(body, parentLinkOf(request.headers), clientVersionOf(request.headers))
     // Taken in this call (`Driver.acceptNow`): answered without a fiber.
     if (answer instanceof Uint8Array) return protocol.answer(response, answer)
-    serve(runFork, protocol, request, response, "BidiAppend", answer, (bytes) => protocol.answer(response, bytes))
+    serve(runFork, protocol, request, response, callOf("BidiAppend"), answer, (bytes) => protocol.answer(response, bytes))
   })
 
 /**
@@ -90,24 +54,34 @@ const bidiAppend = (transport: TransportService, runFork: RunFork, protocol: Pro
  * first, a heartbeat or the backlog, at once: it sends the headers). The sink is detached when
  * the connection closes; the turn goes on for the next reader.
  */
-const runSse = (transport: TransportService, runFork: RunFork, protocol: Protocol, request: IncomingMessage, response: ServerResponse) =>
-  protocol.read(request, transport.options.runSseMaxBytes, (body) => {
-    if (body instanceof ConnectError) return refuse(runFork, protocol, request, response, "RunSSE", body)
+const runSse = (transport: TransportService, runFork: RunFork, protocol: Protocol, request: NodeRequest, response: NodeResponse) =>
+  protocol.read(request, transport.options.runSseMaxBytes, "stream", (body) => {
+    if (body instanceof ConnectError) return refuse(runFork, protocol, request, response, callOf("RunSSE"), body)
     const sink: FrameSink = {
       write: (frames) => protocol.write(response, frames),
       end: () => protocol.end(response)
     }
-    const attached = Effect.flatMap(transport.runSse(body, parentLinkOf(request.headers)), (attach) =>
+    const attached = Effect.flatMap(transport.runSse(body, parentLinkOf(request.headers), clientVersionOf(request.headers)), (attach) =>
       Effect.suspend(() => {
         protocol.open(response)
         return attach(sink)
       }))
-    serve(runFork, protocol, request, response, "RunSSE", attached, (detach) => {
-      if (response.destroyed) return detach()
+    serve(runFork, protocol, request, response, callOf("RunSSE"), attached, (detach) => {
+      if (!("stream" in response ? !response.stream.destroyed : !response.destroyed)) return detach()
       response.once("close", detach)
     })
   })
 
+/** `Run` (HTTP/2 only: `agentCallOf` names it on HTTP/2); its fiber is stopped when the stream closes (the session and its turn go on). */
+const run = (transport: TransportService, runFork: RunFork, protocol: Protocol, request: NodeRequest, response: NodeResponse) => {
+  const fiber = runFork(serveRun(transport, protocol, request as Http2ServerRequest, response as Http2ServerResponse))
+  response.once("close", () => fiber.unsafeInterruptAsFork(fiber.id()))
+}
+
 /** The agent calls of `transport`, their fibers forked by `runFork`. */
-export const make = (transport: TransportService, runFork: RunFork): AgentWire => (call, protocol, request, response) =>
-  call === "BidiAppend" ? bidiAppend(transport, runFork, protocol, request, response) : runSse(transport, runFork, protocol, request, response)
+export const make = (transport: TransportService, runFork: RunFork): AgentWire => (call, protocol, request, response) => {
+  // `Run` takes binary only (`Run.ts` refuses a JSON codec); the others speak JSON through `inJson`.
+  if (call === "Run") return run(transport, runFork, protocol, request, response)
+  const spoken = protocol.codec === "json" ? inJson(protocol, Dialect.agentJson[call]) : protocol
+  return call === "BidiAppend" ? bidiAppend(transport, runFork, spoken, request, response) : runSse(transport, runFork, spoken, request, response)
+}

@@ -11,6 +11,7 @@ import {
   GetServerConfigResponseSchema,
   Http2Config
 } from "../../gen/aiserver/v1/aiserver_pb.js"
+import type { ContextUsage } from "../../ContextUsage.js"
 import type { Naming } from "../../Naming.js"
 
 export interface ListedModel {
@@ -41,6 +42,8 @@ export interface CatalogueOptions {
    * names; without it, the deterministic fallbacks answer and names are not kept.
    */
   readonly naming?: Naming | undefined
+  /** The context usage panel's breakdown (`GetPromptContextUsage`); without it, an empty snapshot. */
+  readonly contextUsage?: ContextUsage | undefined
 }
 
 const modelDetails = (model: ListedModel) =>
@@ -68,7 +71,9 @@ export const availableModels = (options: CatalogueOptions) =>
         clientDisplayName: model.displayName,
         serverModelName: model.id,
         isUserAdded: true,
-        ...(model.contextWindow !== undefined ? { contextTokenLimit: model.contextWindow } : {})
+        // The model's real window, in both modes (this server has no separate max mode), so
+        // Cursor compacts at it rather than at its default.
+        ...(model.contextWindow !== undefined ? { contextTokenLimit: model.contextWindow, contextTokenLimitForMaxMode: model.contextWindow } : {})
       })
     )
   })

@@ -1,6 +1,6 @@
 /**
  * The procedures that name things: a new chat's title (`NameAgent`, in both services, and the
- * older `GetChatTitle`), the name a user gives a chat (`UpdateConversationMetadata`), and the
+ * older `GetChatTitle`), a chat tab's name (`NameTab`), the name a user gives a chat (`UpdateConversationMetadata`), and the
  * commit message and branch name of Cursor's source control view. Answered by the catalogue's
  * naming service (the user's model, within a budget, else a deterministic fallback); without
  * one, by the fallbacks. A model failure is never an error to the client.
@@ -17,25 +17,27 @@ import {
   ConversationMessage_MessageType,
   GetChatTitleRequestSchema,
   GetChatTitleResponseSchema,
+  NameTabRequestSchema,
+  NameTabResponseSchema,
   WriteGitBranchNameRequestSchema,
   WriteGitBranchNameResponseSchema,
   WriteGitCommitMessageRequestSchema,
   WriteGitCommitMessageResponseSchema
 } from "../../gen/aiserver/v1/aiserver_pb.js"
-import type { GetChatTitleRequest } from "../../gen/aiserver/v1/aiserver_pb.js"
+import type { ConversationMessage } from "../../gen/aiserver/v1/aiserver_pb.js"
 import type { Caller } from "../../Naming.js"
 import * as Commits from "../../naming/Commits.js"
 import * as Titles from "../../naming/Titles.js"
 import type { CatalogueOptions } from "./Catalogue.js"
 import type { Path } from "./Procedure.js"
-import { clientTimeoutMs, unary } from "./Procedure.js"
+import { unary } from "./Procedure.js"
 
 const chatTitle = (options: CatalogueOptions, userMessage: string, caller: Caller) =>
   options.naming?.chatTitle(userMessage, caller) ?? Effect.succeed(Titles.fallbackTitle(userMessage))
 
-const nameAgent = unary("/agent.v1.AgentService/NameAgent", NameAgentRequestSchema, NameAgentResponseSchema, (options, _, message, request) =>
+const nameAgent = unary("/agent.v1.AgentService/NameAgent", NameAgentRequestSchema, NameAgentResponseSchema, (options, _, message, call) =>
   Effect.map(
-    chatTitle(options, message.userMessage, { clientTimeoutMs: clientTimeoutMs(request) }),
+    chatTitle(options, message.userMessage, { clientTimeoutMs: call.timeoutMs }),
     (name) => create(NameAgentResponseSchema, { name })
   ))
 
@@ -43,8 +45,8 @@ const nameAgent = unary("/agent.v1.AgentService/NameAgent", NameAgentRequestSche
 export const nameAgentRpcs = [nameAgent, { ...nameAgent, path: "/aiserver.v1.AiService/NameAgent" as Path }]
 
 /** The first message the user wrote, else the first with any text. */
-const openingText = (message: GetChatTitleRequest): string => {
-  const withText = message.conversation.filter((m) => m.text.trim() !== "")
+const openingText = (conversation: ReadonlyArray<ConversationMessage>): string => {
+  const withText = conversation.filter((m) => m.text.trim() !== "")
   return (withText.find((m) => m.type === ConversationMessage_MessageType.HUMAN) ?? withText[0])?.text ?? ""
 }
 
@@ -52,10 +54,25 @@ export const chatTitleRpc = unary(
   "/aiserver.v1.AiService/GetChatTitle",
   GetChatTitleRequestSchema,
   GetChatTitleResponseSchema,
-  (options, _, message, request) =>
+  (options, _, message, call) =>
     Effect.map(
-      chatTitle(options, openingText(message), { clientTimeoutMs: clientTimeoutMs(request) }),
+      chatTitle(options, openingText(message.conversation), { clientTimeoutMs: call.timeoutMs }),
       (title) => create(GetChatTitleResponseSchema, { title })
+    )
+)
+
+/**
+ * A chat tab's name (`AiService/NameTab`): the tab's title from its opening message, as a new
+ * chat's (the user's model, else the plain fallback made from the message).
+ */
+export const nameTabRpc = unary(
+  "/aiserver.v1.AiService/NameTab",
+  NameTabRequestSchema,
+  NameTabResponseSchema,
+  (options, _, message, call) =>
+    Effect.map(
+      chatTitle(options, openingText(message.messages), { clientTimeoutMs: call.timeoutMs }),
+      (name) => create(NameTabResponseSchema, { name })
     )
 )
 
@@ -78,9 +95,9 @@ export const commitMessageRpc = unary(
   "/aiserver.v1.AiService/WriteGitCommitMessage",
   WriteGitCommitMessageRequestSchema,
   WriteGitCommitMessageResponseSchema,
-  (options, _, message, request) =>
+  (options, _, message, call) =>
     Effect.map(
-      options.naming?.commitMessage(message.diffs, message.previousCommitMessages, { clientTimeoutMs: clientTimeoutMs(request) }) ??
+      options.naming?.commitMessage(message.diffs, message.previousCommitMessages, { clientTimeoutMs: call.timeoutMs }) ??
         Effect.succeed(Commits.fallbackCommitMessage(message.diffs)),
       (commitMessage) => create(WriteGitCommitMessageResponseSchema, { commitMessage })
     )
@@ -90,9 +107,9 @@ export const branchNameRpc = unary(
   "/aiserver.v1.AiService/WriteGitBranchName",
   WriteGitBranchNameRequestSchema,
   WriteGitBranchNameResponseSchema,
-  (options, _, message, request) =>
+  (options, _, message, call) =>
     Effect.map(
-      options.naming?.branchName(message.diffs, message.context, { clientTimeoutMs: clientTimeoutMs(request) }) ??
+      options.naming?.branchName(message.diffs, message.context, { clientTimeoutMs: call.timeoutMs }) ??
         Effect.succeed(Commits.fallbackBranchName(message.diffs)),
       (branchName) => create(WriteGitBranchNameResponseSchema, { branchName })
     )
