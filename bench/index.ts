@@ -14,6 +14,7 @@ import * as Memory from "./memory.js"
 import * as Proxy from "./proxy.js"
 import * as ProxyLeaves from "./proxyLeaves.js"
 import * as Segments from "./segments.js"
+import * as Start from "./start.js"
 import * as Soak from "./soak.js"
 import * as Sse from "./sse.js"
 import * as Store from "./store.js"
@@ -31,6 +32,7 @@ const benches: Record<string, () => Promise<string>> = {
   ack: async () => (await Ack.run()).markdown,
   memory: async () => (await Memory.run({ afterSweep: true })).markdown,
   cost: async () => (await Cost.run()).markdown,
+  start: async () => (await Start.run()).markdown,
   proxy: async () => (await Proxy.run()).markdown,
   proxyLeaves: async () => (await ProxyLeaves.run()).markdown,
   // Ten minutes: last, so the figures above come first.

@@ -15,24 +15,28 @@
  * delta, its arrival at the client (the read that completed its frame) minus its `write` at
  * the fake provider. The RunSSE client is the reference `CursorClient` (`support/streams.ts`),
  * the Run client a `node:http2` one (`support/run.ts`); both decode every frame and acknowledge
- * the checkpoint's blobs. Run turns each open their own HTTP/2 session, as each RunSSE turn has
- * its own `CursorClient` and connections (`runSessions: "shared"`, or `shared` on the command
- * line, puts a level's streams on one session, as one Cursor process does). All paths include
- * the same two loopback hops and this process's own delays; a wire's added latency is its
- * figure minus the relay's of the same run. Each run measures relay, RunSSE and Run back to
- * back at each level (rotating which goes first); the table gives medians over runs with the
+ * the checkpoint's blobs. Run is measured two ways in the same run: "Run (HTTP/2)", each turn
+ * on its own HTTP/2 session, as each RunSSE turn has its own `CursorClient` and connections;
+ * and "Run, one session", all of a level's streams on one HTTP/2 session kept for the whole
+ * run, as one Cursor window keeps one session for all its turns (Node's default client
+ * settings; `support/run.ts` says why they do not hold it back). All paths include the same
+ * two loopback hops and this process's own delays; a wire's added latency is its figure minus
+ * the relay's of the same run. Each run measures relay, RunSSE, Run and Run on one session back
+ * to back at each level (rotating which goes first); the table gives medians over runs with the
  * min–max spread, and the share of deltas that reached the client in a socket read together
- * with another delta (batched frames, or frames joined by the server).
+ * with another delta (batched frames, or frames joined by the server). A second table puts the
+ * two Run columns side by side with their ratio, against issue 39's "within 1.5× the
+ * session-per-turn figures".
  *
- *   node_modules/.bin/tsx bench/latency.ts [runs] [shared]
+ *   node_modules/.bin/tsx bench/latency.ts [runs]
  */
 import * as http from "node:http"
 import { performance } from "node:perf_hooks"
 import { pathToFileURL } from "node:url"
 import { startRelay, startServer } from "./support/child.js"
 import * as Provider from "./support/provider.js"
-import { openRunSession, runStream } from "./support/run.js"
-import type { RunSession } from "./support/run.js"
+import { keptRunSession, runStream } from "./support/run.js"
+import type { RunSessionOptions } from "./support/run.js"
 import { loadAverage, median, percentile, spread, verdict } from "./support/stats.js"
 import { concurrently, relayStream, serverStream } from "./support/streams.js"
 import type { StreamResult } from "./support/streams.js"
@@ -55,14 +59,17 @@ export interface LatencyOptions {
   readonly levels?: ReadonlyArray<Level>
   readonly minMs?: number
   readonly maxMs?: number
-  /** Run wire: one HTTP/2 session per turn (default, as each RunSSE turn has its own client), or one per level's round. */
-  readonly runSessions?: "perTurn" | "shared"
+  /** The client settings of the kept session of "Run, one session" (default: Node's). */
+  readonly oneSession?: RunSessionOptions
 }
 
-/** The measured paths: the relay floor, then the server on each wire. */
-export type Path = "relay" | "sse" | "run"
-const PATHS: ReadonlyArray<Path> = ["relay", "sse", "run"]
-const LABEL: Record<Path, string> = { relay: "relay (floor)", sse: "RunSSE + BidiAppend", run: "Run (HTTP/2)" }
+/** The measured paths: the relay floor, then the server on each wire (Run with a session per turn, and on one kept session). */
+export type Path = "relay" | "sse" | "run" | "runOne"
+const PATHS: ReadonlyArray<Path> = ["relay", "sse", "run", "runOne"]
+const LABEL: Record<Path, string> = { relay: "relay (floor)", sse: "RunSSE + BidiAppend", run: "Run (HTTP/2)", runOne: "Run, one session" }
+
+/** Issue 39: Run on one session within this factor of Run with a session per turn. */
+export const ONE_SESSION_FACTOR = 1.5
 
 interface Round {
   readonly p50: number
@@ -97,16 +104,16 @@ export const run = async (options: LatencyOptions = {}) => {
   const levels = options.levels ?? defaultLevels
   const minMs = options.minMs ?? 5
   const maxMs = options.maxMs ?? 20
-  const runSessions = options.runSessions ?? "perTurn"
   const loadBefore = loadAverage()
   const provider = await Provider.start()
   const server = await startServer(provider.baseUrl)
   const relay = await startRelay(provider.baseUrl)
   const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity })
+  const kept = keptRunSession(server.h2cUrl, options.oneSession ?? {})
   let sequence = 0
   const measure = async (path: Path, level: Level): Promise<Round> => {
     const child = path === "relay" ? relay : server
-    const shared: RunSession | undefined = path === "run" && runSessions === "shared" ? await openRunSession(server.h2cUrl) : undefined
+    const shared = path === "runOne" ? await kept.get() : undefined
     const cpuStart = child.cpuSeconds()
     const started = performance.now()
     const results = await concurrently(level.streams, 100, () => {
@@ -117,29 +124,36 @@ export const run = async (options: LatencyOptions = {}) => {
         case "sse":
           return serverStream(server.baseUrl, provider, spec)
         case "run":
-          return runStream(server.h2cUrl, provider, spec, shared !== undefined ? { session: shared } : {})
+          return runStream(server.h2cUrl, provider, spec)
+        case "runOne":
+          return runStream(server.h2cUrl, provider, spec, { session: shared! })
       }
     })
     const wall = (performance.now() - started) / 1000
     const cpu = (child.cpuSeconds() - cpuStart) / wall
-    await shared?.close()
     provider.reset()
     return summarize(results, cpu)
   }
   const rounds = new Map<number, Record<Path, Array<Round>>>()
+  let sessionsOpened = 0
+  let serverSettings = ""
   try {
     // Warm-up (JIT, SQLite, connection pools), not recorded.
     for (const path of PATHS) await measure(path, { streams: 50, deltas: 40, budgetP99Ms: undefined })
     for (let r = 0; r < runs; r++) {
       for (const level of levels) {
-        const entry = rounds.get(level.streams) ?? { relay: [], sse: [], run: [] }
+        const entry = rounds.get(level.streams) ?? { relay: [], sse: [], run: [], runOne: [] }
         rounds.set(level.streams, entry)
         // Rotated from run to run, so no path always goes first (or last) at a level.
         const order = PATHS.map((_, i) => PATHS[(i + r) % PATHS.length]!)
         for (const path of order) entry[path].push(await measure(path, level))
       }
     }
+    sessionsOpened = kept.opened()
+    const settings = (await kept.get()).session.remoteSettings
+    serverSettings = `server's SETTINGS: ${settings.maxConcurrentStreams} concurrent streams, ${settings.initialWindowSize} bytes initial stream window`
   } finally {
+    await kept.close()
     agent.destroy()
     await server.dispose()
     await relay.stop()
@@ -158,8 +172,17 @@ export const run = async (options: LatencyOptions = {}) => {
     })
   })
   const percent = (values: ReadonlyArray<number>) => `${Math.round(median(values) * 100)}%`
+  // Run on one kept session beside Run with a session per turn, level by level; ratios are per run (same run's rounds), then the median.
+  const sideBySide = levels.map((level) => {
+    const entry = rounds.get(level.streams)!
+    const ratio = (pick: (round: Round) => number) => median(entry.runOne.map((one, i) => pick(one) / pick(entry.run[i]!)))
+    const p50 = ratio((x) => x.p50)
+    const p99 = ratio((x) => x.p99)
+    const row = (path: Path) => rows.find((r) => r.level === level && r.path === path)!
+    return { level, p50, p99, met: p50 <= ONE_SESSION_FACTOR && p99 <= ONE_SESSION_FACTOR, perTurn: row("run"), one: row("runOne") }
+  })
   const markdown = [
-    `Latency per text delta, provider write → client read, ms; ${runs} runs, median (min–max) over runs; deltas ${minMs}–${maxMs} ms apart; Run turns on ${runSessions === "shared" ? "one HTTP/2 session per level's round" : "one HTTP/2 session each"}.`,
+    `Latency per text delta, provider write → client read, ms; ${runs} runs, median (min–max) over runs; deltas ${minMs}–${maxMs} ms apart; "Run (HTTP/2)" turns each on their own HTTP/2 session, "Run, one session" all of a level's streams on one session kept for the run (${sessionsOpened} opened; ${serverSettings}).`,
     `Server and relay each in a child process; provider and clients in the bench process. Load average before: ${loadBefore}, after: ${loadAfter}.`,
     "",
     "| streams | path | deltas/run | p50 | p99 | added p50 | added p99 | budget (added p99) | verdict | deltas sharing a read | child CPU |",
@@ -167,17 +190,24 @@ export const run = async (options: LatencyOptions = {}) => {
     ...rows.map((row) =>
       `| ${row.level.streams} | ${LABEL[row.path]} | ${row.rounds[0]?.samples ?? 0} | ${spread(row.rounds.map((x) => x.p50))} | ${spread(row.rounds.map((x) => x.p99))} | ${row.path === "relay" ? "" : spread(row.addedP50)} | ${row.path === "relay" ? "" : spread(row.addedP99)} | ${row.path === "relay" ? "" : row.level.budgetP99Ms === undefined ? "none" : `≤ ${row.level.budgetP99Ms}`} | ${row.met === undefined ? "—" : verdict(row.met)} | ${percent(row.rounds.map((x) => x.batched))} | ${Math.round(median(row.rounds.map((x) => x.childCpu)) * 100)}% |`
     ),
+    "",
+    `Run, a session per turn beside one session for all (issue 39: within ${ONE_SESSION_FACTOR}× the session-per-turn figures; the ratio is one session / per turn in each run, median over runs, of p50 and p99 provider write → client read):`,
+    "",
+    "| streams | p50: Run (HTTP/2) | p50: Run, one session | p99: Run (HTTP/2) | p99: Run, one session | added p99: Run (HTTP/2) | added p99: Run, one session | ratio p50 | ratio p99 | within 1.5× |",
+    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ...sideBySide.map((x) =>
+      `| ${x.level.streams} | ${spread(x.perTurn.rounds.map((r) => r.p50))} | ${spread(x.one.rounds.map((r) => r.p50))} | ${spread(x.perTurn.rounds.map((r) => r.p99))} | ${spread(x.one.rounds.map((r) => r.p99))} | ${spread(x.perTurn.addedP99)} | ${spread(x.one.addedP99)} | ${x.p50.toFixed(2)} | ${x.p99.toFixed(2)} | ${verdict(x.met)} |`
+    ),
     ...rows.filter((row) => row.problems.length > 0).map((row) =>
       `\n${row.level.streams} streams, ${LABEL[row.path]}: ${row.problems.length} problems, e.g. ${row.problems.slice(0, 3).join("; ")}`
     )
   ].join("\n")
-  return { rows, markdown }
+  return { rows, sideBySide, markdown }
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const runs = process.argv[2] !== undefined && process.argv[2] !== "shared" ? Number(process.argv[2]) : undefined
-  const shared = process.argv.slice(2).includes("shared")
-  run({ ...(runs !== undefined ? { runs } : {}), ...(shared ? { runSessions: "shared" as const } : {}) }).then(({ markdown }) => console.log(markdown)).catch((error) => {
+  const runs = process.argv[2] !== undefined ? Number(process.argv[2]) : undefined
+  run(runs !== undefined ? { runs } : {}).then(({ markdown }) => console.log(markdown)).catch((error) => {
     console.error(error)
     process.exitCode = 1
   })

@@ -30,6 +30,8 @@ import { spawnSync } from "node:child_process"
 import { readFileSync, rmSync, writeFileSync } from "node:fs"
 import { basename, dirname, resolve, sep } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
+// @ts-expect-error: plain JavaScript, shared with `scripts/fresh.mjs` (no compiler before a build)
+import { stampFile, stampOf } from "./stamp.mjs"
 
 /** The repository's root. */
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..")
@@ -165,9 +167,12 @@ export const primeCodeCache = (outfile: string, flags: ReadonlyArray<string>): b
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const [entry = resolve(repoRoot, "src/main.ts"), outfile = resolve(repoRoot, "dist/main.js")] = process.argv.slice(2)
+  // The stamp of the sources as they were when the build began (`scripts/stamp.mjs`): `npm start` rebuilds only when they change.
+  const stamp = process.argv.length <= 2 ? stampOf(repoRoot) : undefined
   buildBundle(entry, outfile).then(() => {
     // `npm start`'s first start then runs from the cache too.
     primeCodeCache(outfile, startFlags())
+    if (stamp !== undefined) writeFileSync(stampFile(repoRoot), `${stamp}\n`)
   }).catch((error) => {
     console.error(error)
     process.exitCode = 1

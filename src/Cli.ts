@@ -2,30 +2,29 @@
  * The `cursor-byok` command line (@effect/cli): `serve` (the default), `setup`, `unsetup`,
  * `doctor` and `ca`. Each command is a small program over the configuration and `BYOK_HOME`;
  * the work is in `Server.ts` and `hookup/`. A failure prints one line saying what to do and
- * exits with status 1.
+ * exits with status 1 (a failure of several problems, a line each). `--help` pages are
+ * `cli/Help.ts`'s.
  */
+import * as CliConfig from "@effect/cli/CliConfig"
 import * as Command from "@effect/cli/Command"
 import * as Options from "@effect/cli/Options"
 import { Cause, Console, Effect, HashMap, Inspectable, Layer, Logger, LogLevel, Option } from "effect"
+import * as Help from "./cli/Help.js"
 import * as Config from "./Config.js"
 import * as Ca from "./hookup/Ca.js"
 import * as Doctor from "./hookup/Doctor.js"
 import * as Setup from "./hookup/Setup.js"
 import * as Scheduler from "./internal/Scheduler.js"
 import * as Secrets from "./internal/Secrets.js"
+import * as Capture from "./replay/Commands.js"
 import * as Server from "./Server.js"
 
 const serveProgram = Effect.gen(function*() {
   const source = yield* Config.locate
   const config = yield* Config.loadFrom(source)
-  for (const notice of config.notices) yield* Effect.logWarning(notice)
-  yield* Effect.logInfo(
-    `cursor-byok: ${config.models.length} models (${config.models.map((m) => m.id).join(", ") || "none"}), database ${config.database}, ` +
-      `RunSSE + BidiAppend on http://${config.host}:${config.port}` +
-      (config.http2.cleartextPort === undefined ? "" : `, Run (h2c) on http://${config.host}:${config.http2.cleartextPort}`) +
-      (config.http2.tls === undefined ? "" : `, Run (TLS, h2) on https://${config.host}:${config.http2.tls.port}`) +
-      (config.proxy.port === undefined ? "" : `, proxy for Cursor on http://${config.host}:${config.proxy.port}${config.proxy.offline ? " (offline)" : ""}`)
-  )
+  // The default catalogue in use is the normal start without a file; anything else noticed is a warning.
+  for (const notice of config.notices) yield* (notice.startsWith("no providers configured: using") ? Effect.logInfo(notice) : Effect.logWarning(notice))
+  // What it serves, where, and what to do next, is said once every listener is bound (`Ready.ts`).
   // The file is watched: a valid change of the models, providers, aliases, prices, limits or timings applies without a restart.
   // On the server's scheduler: what a client waits on runs first, and sockets are read between slices.
   return yield* Layer.launch(Server.layer(config, source)).pipe(Effect.withScheduler(Scheduler.server))
@@ -44,8 +43,9 @@ const setup = Command.make("setup", {
   settings: settingsOption,
   trust: Options.boolean("trust").pipe(Options.withDescription("Also run the commands that make this OS trust the CA")),
   http2: Options.boolean("http2").pipe(Options.withDescription("Leave Cursor on HTTP/2 (cursor.general.disableHttp2 false): its agent runs Run on the TLS listener, which must be on")),
-  http1: Options.boolean("http1").pipe(Options.withDescription("The default (cursor.general.disableHttp2 true: the agent on RunSSE + BidiAppend through the proxy); kept for scripts"))
-}, ({ settings, trust, http2, http1 }) => Setup.setup({ settingsPath: Option.getOrUndefined(settings), trust, http2, http1 })).pipe(
+  http1: Options.boolean("http1").pipe(Options.withDescription("The default (cursor.general.disableHttp2 true: the agent on RunSSE + BidiAppend through the proxy); kept for scripts")),
+  create: Options.boolean("create").pipe(Options.withDescription("Make the settings file (and its folder) when it does not exist"))
+}, ({ settings, trust, http2, http1, create }) => Setup.setup({ settingsPath: Option.getOrUndefined(settings), trust, http2, http1, create })).pipe(
   Command.withDescription("Point Cursor at this server: make the CA, write Cursor's proxy settings and HTTP/1.1 switch (journaled), print how to trust the CA")
 )
 
@@ -94,10 +94,35 @@ const ca = Command.make("ca", {}, () => showCa).pipe(
 
 const root = Command.make("cursor-byok", {}, () => serveProgram).pipe(
   Command.withDescription("A server for Cursor's agent protocol that calls the LLM provider you choose, with your own key"),
-  Command.withSubcommands([serve, setup, unsetup, doctor, ca])
+  Command.withSubcommands([serve, setup, unsetup, doctor, ca, Capture.capture, Capture.replay])
 )
 
-const cli = Command.run(root, { name: "cursor-byok", version: "0.1.0" })
+const program = { name: "cursor-byok", version: "0.1.0" }
+
+const cli = Command.run(root, program)
+
+/** The `--help` pages (`cli/Help.ts`); a command missing here gets @effect/cli's own page. */
+const pages: ReadonlyArray<Help.Page> = [
+  { path: [], command: root, subcommands: true },
+  { path: ["serve"], command: serve, more: Help.serveMore },
+  { path: ["setup"], command: setup },
+  { path: ["unsetup"], command: unsetup },
+  { path: ["doctor"], command: doctor },
+  { path: ["capture"], command: Capture.capture },
+  { path: ["replay"], command: Capture.replay },
+  { path: ["ca"], command: ca, subcommands: true },
+  { path: ["ca", "show"], command: caShow },
+  { path: ["ca", "create"], command: caCreate },
+  { path: ["ca", "renew"], command: caRenew }
+]
+
+/** `--help`: the command's page (`cli/Help.ts`); anything else, the command line. */
+const helpOr = (argv: ReadonlyArray<string>): ReturnType<typeof cli> => {
+  const args = argv.slice(2)
+  const page = Help.requested(args) ? Help.pageFor(pages, args) : undefined
+  if (page === undefined) return cli(argv).pipe(Effect.provide(CliConfig.layer({ showBuiltIns: false })))
+  return Console.log(Help.render(program, page, Help.colourOn(process.stdout, process.env)).trimEnd())
+}
 
 const LEVELS: Record<string, LogLevel.LogLevel> = {
   all: LogLevel.All, trace: LogLevel.Trace, debug: LogLevel.Debug, info: LogLevel.Info,
@@ -176,15 +201,24 @@ export const logging = (
 
 /** Runs the command line; a typed failure is one readable line and exit status 1. */
 export const run = (argv: ReadonlyArray<string>) =>
-  cli(argv).pipe(
+  helpOr(argv).pipe(
     Effect.catchAll((error: unknown) =>
       Effect.gen(function*() {
         const message = typeof error === "object" && error !== null && "message" in error && typeof error.message === "string" && error.message !== ""
           ? error.message
           : undefined
         // @effect/cli has printed its own validation errors (with the help text) already.
-        if (message !== undefined) yield* Effect.logError(message)
+        // One entry per line: a logfmt or JSON logger would write a multi-line message as one line with `\n`s.
+        if (message !== undefined) for (const line of message.split("\n")) yield* Effect.logError(line)
         return yield* Effect.fail(error)
       })
-    )
+    ),
+    // Never an exit without a word: a defect says what it was.
+    Effect.catchAllDefect((defect) =>
+      Effect.zipRight(
+        Effect.logError(`cursor-byok stopped on an unexpected error: ${defect instanceof Error ? defect.message : String(defect)}`),
+        Effect.die(defect)
+      )),
+    // No escape codes where they would be noise: a pipe, a file, NO_COLOR.
+    Help.plainly
   )

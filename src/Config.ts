@@ -7,3 +7,4 @@
  * configuration and its reload `config/Live.ts`.
  */
 export * from "./config/File.js"
+export * from "./config/CaptureConfig.js"

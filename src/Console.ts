@@ -14,6 +14,14 @@
  *   first differing byte and the part it falls in. `?messages=1` shows the messages, to a client
  *   on a loopback address only.
  *
+ * - `GET /console/calls`: the call log, every conversation's model calls newest first, filtered
+ *   (conversation, model, provider, outcome, time range) and paged; `GET /console/calls/:id`: one
+ *   call, its attempts (each failed one with its target, HTTP status or network error, error and
+ *   time) and, with `?messages=1` to a loopback client, the request it sent and its answer.
+ *
+ * - `GET /console/captures`: the capture files (capture mode), with a download link
+ *   (`/console/captures/:name`, to a client on a loopback address only, as the messages).
+ *
  * Only GET routes, and nothing here writes. Who may read is `console/Access.ts` (a non-loopback
  * host requires the configured token). No page shows a key: of the configuration only model and
  * provider ids, wire APIs and base URLs are rendered, and each response is redacted of the
@@ -28,6 +36,9 @@ import { randomBytes } from "node:crypto"
 import type { ServerConfig } from "./Config.js"
 import { LiveConfig } from "./config/Live.js"
 import * as Access from "./console/Access.js"
+import * as CallLog from "./console/CallLog.js"
+import * as CallPage from "./console/CallPage.js"
+import * as Captures from "./console/Captures.js"
 import { rangeOf } from "./console/Charts.js"
 import * as Data from "./console/Data.js"
 import * as Pages from "./console/Pages.js"
@@ -129,6 +140,53 @@ const runningRoute = ({ live, sessions }: Services) => guarded(live, () =>
   })
 )
 
+const capturesRoute = ({ live }: Services) => guarded(live, (context) =>
+  Effect.sync(() => {
+    const folder = Captures.capturesFolder(context.config.home)
+    const options = { enabled: context.config.capture.enabled, folder, loopbackClient: context.access.loopbackClient }
+    return htmlResponse(context, Captures.capturesPage(Captures.listCaptures(folder), options, context.links, context.nonce))
+  })
+)
+
+/** One capture, as a download: a loopback client's only (it holds the conversation's messages, as `?messages=1` does). */
+const captureFileRoute = ({ live }: Services) => guarded(live, (context) =>
+  Effect.gen(function*() {
+    const { name } = yield* HttpLayerRouter.params
+    if (!context.access.loopbackClient) {
+      return htmlResponse(context, Pages.messagePage("Forbidden", "A capture holds the conversation's messages: it is downloaded from a loopback address only.", context.links, context.nonce), 403)
+    }
+    const text = Captures.readCapture(Captures.capturesFolder(context.config.home), name ?? "")
+    if (text === undefined) return htmlResponse(context, Pages.messagePage("Not found", `No capture ${name ?? ""}.`, context.links, context.nonce), 404)
+    return HttpServerResponse.text(redact(text), {
+      contentType: "application/x-ndjson",
+      headers: { ...SECURITY_HEADERS, "content-disposition": `attachment; filename="${name}"` }
+    })
+  })
+)
+
+const callLogRoute = ({ live, store }: Services) => guarded(live, (context) =>
+  Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    const filters = CallLog.filtersOf(context.params)
+    const log = yield* store.callLog(CallLog.queryOf(filters, now))
+    return htmlResponse(context, CallLog.callLogPage(context.config, filters, log, now, context.links, context.nonce))
+  })
+)
+
+const callRoute = ({ live, store }: Services) => guarded(live, (context) =>
+  Effect.gen(function*() {
+    const { id } = yield* HttpLayerRouter.params
+    const now = yield* Clock.currentTimeMillis
+    const asked = context.params.get("messages") === "1"
+    const reveal = asked && context.access.loopbackClient
+    const view = yield* CallPage.callPageView(store, id ?? "", reveal, now)
+    if (Option.isNone(view)) {
+      return htmlResponse(context, Pages.messagePage("Not found", `No model call ${id ?? ""} in the store.`, context.links, context.nonce), 404)
+    }
+    return htmlResponse(context, CallPage.callPage(view.value, context.links, context.nonce, context.access.loopbackClient, asked && !reveal))
+  })
+)
+
 /** The console's GET routes (they need the store, the sessions and the running configuration). */
 export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter | Store | Sessions | LiveConfig> = HttpLayerRouter.use((router) =>
   Effect.gen(function*() {
@@ -137,5 +195,9 @@ export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter |
     yield* router.add("GET", "/console", overview)
     yield* router.add("GET", "/console/conversations/:id", conversationRoute(services))
     yield* router.add("GET", "/console/api/running", runningRoute(services))
+    yield* router.add("GET", "/console/calls", callLogRoute(services))
+    yield* router.add("GET", "/console/calls/:id", callRoute(services))
+    yield* router.add("GET", "/console/captures", capturesRoute(services))
+    yield* router.add("GET", "/console/captures/:name", captureFileRoute(services))
   })
 )

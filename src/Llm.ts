@@ -7,7 +7,7 @@
  * wall-clock time and no random ids, so a replayed history serializes to the same bytes.
  */
 import { Context, Schema } from "effect"
-import type { Stream } from "effect"
+import type { Effect, Stream } from "effect"
 import { sha256 } from "./internal/Sha256.js"
 
 // =============================================================================
@@ -283,6 +283,27 @@ export interface StreamOptions {
    * also ignore it and emit everything on the stream (test doubles do).
    */
   readonly onEvents?: (events: ReadonlyArray<ResponseEvent>) => void
+  /**
+   * Each attempt that failed before answering (a retry or a fallback follows, or the call fails
+   * with it), reported by the HTTP layer where it retries, with the target the router chose.
+   * Awaited before the next attempt; an attempt that answers reports nothing.
+   */
+  readonly onAttemptFailed?: (attempt: FailedAttempt) => Effect.Effect<void>
+}
+
+/** An attempt of a model call that failed before answering (`StreamOptions.onAttemptFailed`). */
+export interface FailedAttempt {
+  /** The target tried: a provider id and the upstream model asked for. */
+  readonly provider: string
+  readonly upstreamModel: string
+  /** 1 for the target's first attempt, 2 for its first retry... */
+  readonly attempt: number
+  /** The HTTP status the provider answered; undefined for a network error or a timeout. */
+  readonly status?: number
+  readonly reason: LlmError["reason"]
+  readonly message: string
+  readonly startedAtMs: number
+  readonly failedAtMs: number
 }
 
 /**

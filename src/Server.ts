@@ -10,11 +10,12 @@ import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Effect, FiberRef, Layer, Option } from "effect"
 import { URGENT } from "./internal/Scheduler.js"
+import * as Capture from "./capture/Capture.js"
 import type { ConfigSource, ServerConfig } from "./Config.js"
 import * as ContextUsage from "./ContextUsage.js"
 import * as Live from "./config/Live.js"
 import { LiveConfig } from "./config/Live.js"
-import type { ToolCall, ToolResultMessage } from "./Llm.js"
+import type { Llm, ToolCall, ToolResultMessage } from "./Llm.js"
 import * as Console from "./Console.js"
 import * as Dialect from "./Dialect.js"
 import * as Drift from "./Drift.js"
@@ -22,6 +23,8 @@ import * as FaultInjection from "./FaultInjection.js"
 import * as Hookup from "./Hookup.js"
 import type { CompactionPolicy } from "./loop/Segments.js"
 import * as Router from "./llm/Router.js"
+import * as Ready from "./Ready.js"
+import * as Run from "./transport/Run.js"
 import * as Metrics from "./Metrics.js"
 import * as Naming from "./Naming.js"
 import * as Prompt from "./Prompt.js"
@@ -181,12 +184,12 @@ const Recovery = Layer.effectDiscard(Effect.gen(function*() {
 }))
 
 /** Everything that reads the configuration, on the running configuration `LiveConfig` holds. */
-const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string, faults: ServerConfig["faults"]) => {
+const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string, faults: ServerConfig["faults"], llm?: Layer.Layer<Llm>) => {
   const core = Layer.unwrapEffect(Effect.map(LiveConfig, ({ current }) =>
     Runner.layer(runnerOptions(current)).pipe(
       Layer.provideMerge(Transport.layerSessions(transportOptions(current))),
       Layer.provideMerge(FaultInjection.wrapStore(Store.layerSqlite({ filename: database }), faults)),
-      Layer.provideMerge(Router.layerLive(() => current().router)),
+      Layer.provideMerge(llm ?? Capture.recordingLlm(Router.layerLive(() => current().router))),
       Layer.provideMerge(Web.layer)
     )))
   const sideRoutes = Layer.unwrapEffect(Effect.gen(function*() {
@@ -202,16 +205,18 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
   // attributes) was ~60 µs of every request's ~250 µs in the HTTP layer (measured on /healthz).
   // A request is what a client waits on: its fiber (and what it forks) runs ahead of the
   // conversations' work on the server's scheduler (`internal/Scheduler.ts`).
-  const http = HttpMiddleware.withTracerDisabledWhen(HttpLayerRouter.serve(routes, { disableLogger: true }), () => true).pipe(
+  const http = HttpMiddleware.withTracerDisabledWhen(HttpLayerRouter.serve(routes, { disableLogger: true, disableListenLog: true }), () => true).pipe(
     Layer.locally(FiberRef.currentSchedulingPriority, URGENT)
   )
-  return Layer.merge(http, Front.layer).pipe(
+  return Layer.mergeAll(http, Front.layer, Capture.layerFront).pipe(
     Layer.provide(Recovery),
     // The warning for each kind of unknown client field, once (`Drift.ts`).
     Layer.provide(Drift.layerLog),
     Layer.provideMerge(Transport.layer),
     Layer.provideMerge(Door.layer),
     Layer.provideMerge(core),
+    // Capture mode (`capture/`): the door's tap and the model's answers, on the running configuration.
+    Layer.provideMerge(Capture.layer),
     Layer.provideMerge(live),
     // No spans anywhere (nothing exports traces): every SQL statement, transaction and outbound
     // HTTP call made a span, with its attributes, per use.
@@ -222,8 +227,10 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
 /**
  * Everything but the listening socket and the outbound HTTP client: the application on an
  * `HttpServer` and an undici `Dispatcher` (`NodeHttpClient.dispatcherLayer`) the caller provides, on a configuration that never changes.
+ * `llm` replaces the model router (`cursor-byok replay`'s scripted model).
  */
-export const layerApp = (config: ServerConfig) => layerAppOn(Live.layerFixed(config), config.database, config.faults)
+export const layerApp = (config: ServerConfig, options: { readonly llm?: Layer.Layer<Llm> } = {}) =>
+  layerAppOn(Live.layerFixed(config), config.database, config.faults, options.llm)
 
 /**
  * The same, on the configuration read from `source` and reloaded when its file changes (the
@@ -247,8 +254,17 @@ export const layer = (config: ServerConfig, source?: ConfigSource) =>
     // marked (`transport/Door.ts`); until every listener is bound it answers 503.
     const front = makeHttpServer(config.limits)
     front.accepting = false
+    front.drainMs = config.drainMs
     const accepting = Layer.scopedDiscard(Effect.acquireRelease(
-      Effect.sync(() => void (front.accepting = true)),
+      Effect.gen(function*() {
+        front.accepting = true
+        front.started = true
+        const endpoints = yield* Run.Http2Endpoints
+        const proxy = yield* Hookup.Proxy.ProxyEndpoint
+        const address = front.server.address()
+        const main = typeof address === "object" && address !== null ? address.port : config.port
+        for (const line of Ready.readyLines(config, { main, cleartext: endpoints.cleartextPort, tls: endpoints.tlsPort, proxy: proxy.port })) yield* Effect.logInfo(line)
+      }),
       () => Effect.sync(() => void (front.accepting = false))
     ))
     const dispatchFrom = (via: "proxy" | "tls"): Hookup.Dispatch => (request, response) => {

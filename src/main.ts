@@ -9,6 +9,16 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Effect, Layer } from "effect"
 import * as Cli from "./Cli.js"
 
+// A stop is bounded (`transport/Front.ts` drains requests for `drainMs`); a second SIGINT or
+// SIGTERM while it is under way exits at once.
+let stopping = false
+const onSignal = (signal: NodeJS.Signals) => {
+  if (stopping) process.exit(signal === "SIGINT" ? 130 : 143)
+  stopping = true
+}
+process.on("SIGINT", onSignal)
+process.on("SIGTERM", onSignal)
+
 const logging = Cli.logging(process.env)
 if (typeof logging === "string") {
   process.stderr.write(`${logging}\n`)

@@ -58,18 +58,20 @@ describe("Config", () => {
       assert.include(badJson.message, "not valid JSON")
       const badField = yield* Effect.flip(decodeFile("byok.config.json", JSON.stringify({ port: 70000 })))
       assert.include(badField.message, "port")
-      const unknownApi = yield* Effect.flip(decodeFile("c.json", JSON.stringify({ providers: [{ id: "x", api: "soap", baseUrl: "u" }] })))
+      const unknownApi = yield* Effect.flip(decodeFile("c.json", JSON.stringify({ providers: [{ id: "x", api: "soap", baseUrl: "http://127.0.0.1:1/v1" }] })))
       assert.include(unknownApi.message, "api")
       const typo = yield* Effect.flip(decodeFile("c.json", JSON.stringify({ prot: 1 })))
       assert.include(typo.message, "prot")
     }))
 
-  it("a model naming an unknown provider is reported", () => {
+  it("a model naming an unknown provider is refused, not a notice", () => {
     const file = Schema.decodeSync(FileConfig)({
-      providers: [{ id: "a", api: "anthropic", baseUrl: "u" }],
+      providers: [{ id: "a", api: "anthropic", baseUrl: "https://api.anthropic.com/v1" }],
       models: [{ id: "m", provider: "b", upstreamModel: "x" }]
     })
-    assert.isTrue(resolve(file, {}).notices.some((n) => n.includes("names provider b")))
+    assert.isFalse(resolve(file, {}).notices.some((n) => n.includes("names provider")))
+    const refused = Effect.runSync(Effect.flip(validate(resolve(file, {}), {})))
+    assert.strictEqual(refused.message, `models[0].provider: names provider "b", which is not configured: name one of providers[].id (a) or add it to providers`)
   })
 
   describe("the IDE hookup's keys", () => {

@@ -3,8 +3,9 @@
  * expected and what was there, never Schema's tree. Each case asserts every line.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
-import { decodeFile } from "../src/Config.js"
+import { Effect, Schema } from "effect"
+import { decodeFile, FileConfig, resolve, validate } from "../src/Config.js"
+import { defaultRetrySettings } from "../src/llm/Http.js"
 
 const FILE = "byok.config.json"
 
@@ -55,6 +56,13 @@ const cases: ReadonlyArray<readonly [string, unknown, ReadonlyArray<string>]> = 
   ["a brave backend given a url (brave takes baseUrl)", { web: { search: { backend: "brave", url: "https://api.search.brave.com" } } }, [
     `${FILE}: web.search.url: is for the searxng backend only (backend is "brave"); brave and tavily take baseUrl`
   ]],
+  ["a base URL without a scheme", { providers: [{ ...provider, baseUrl: "api.deepseek.com/v1" }] }, [
+    `${FILE}: providers[0].baseUrl: expected an http or https URL with the API's version segment, e.g. "https://api.openai.com/v1", got "api.deepseek.com/v1"`
+  ]],
+  ["a base URL that is not http or https, and one that does not parse", { providers: [{ ...provider, baseUrl: "ftp://api.deepseek.com/v1" }, { ...provider, id: "b", baseUrl: "http//x" }] }, [
+    `${FILE}: providers[0].baseUrl: expected an http or https URL with the API's version segment, e.g. "https://api.openai.com/v1", got "ftp://api.deepseek.com/v1"`,
+    `${FILE}: providers[1].baseUrl: expected an http or https URL with the API's version segment, e.g. "https://api.openai.com/v1", got "http//x"`
+  ]],
   ["an allowed host written as a URL, and a zero time limit", { web: { timeoutMs: 0, fetch: { allowHosts: ["http://wiki.corp/"] } } }, [
     `${FILE}: web.timeoutMs: expected a positive number, got 0`,
     `${FILE}: web.fetch.allowHosts[0]: expected a host or host:port (no scheme, path or user), got "http://wiki.corp/"`
@@ -73,4 +81,90 @@ describe("configuration errors", () => {
       assert.deepStrictEqual(linesOf(json), [...expected])
     })
   }
+})
+
+/** What `serve` and a reload refuse past the decoding: the model table's references, checked on the resolved configuration. */
+const refusedLines = (json: unknown, env: Readonly<Record<string, string>> = {}) =>
+  Effect.runSync(Effect.flip(Effect.flatMap(decodeFile(FILE, JSON.stringify(json)), (file) => validate(resolve(file, env), env, FILE)))).message.split("\n")
+
+const accepted = (json: unknown, env: Readonly<Record<string, string>> = {}) =>
+  Effect.runSync(Effect.flatMap(decodeFile(FILE, JSON.stringify(json)), (file) => validate(resolve(file, env), env, FILE)))
+
+const second = { id: "an", api: "anthropic", baseUrl: "https://api.anthropic.com/v1" }
+
+const referenceCases: ReadonlyArray<readonly [string, unknown, ReadonlyArray<string>]> = [
+  ["a model naming a provider that is not configured", { providers: [provider], models: [{ ...model, provider: "dsx" }] }, [
+    `${FILE}: models[0].provider: names provider "dsx", which is not configured: name one of providers[].id (ds) or add it to providers`
+  ]],
+  ["a fallback naming a provider that is not configured", { providers: [provider], models: [{ ...model, fallback: [{ provider: "or", upstreamModel: "x" }] }] }, [
+    `${FILE}: models[0].fallback[0].provider: names provider "or", which is not configured: name one of providers[].id (ds) or add it to providers`
+  ]],
+  ["models with no providers at all (and no key variable set)", { models: [model] }, [
+    `${FILE}: models[0].provider: names provider "ds", which is not configured: name one of providers[].id (none) or add it to providers`
+  ]],
+  ["a defaultModel that is not a model", { providers: [provider], models: [model], defaultModel: "deepseek-chat" }, [
+    `${FILE}: defaultModel: names model "deepseek-chat", which is not configured: name one of models[].id (m)`
+  ]],
+  ["an alias naming no model, and one naming an alias", { providers: [provider], models: [model], aliases: { "*": "mm", auto: "*" } }, [
+    `${FILE}: aliases["*"]: names model "mm", which is not configured: name one of models[].id (m)`,
+    `${FILE}: aliases.auto: names model "*", which is not configured (it is an alias: name the model itself): name one of models[].id (m)`
+  ]],
+  ["duplicate model ids and duplicate provider ids", { providers: [provider, second, { ...provider, baseUrl: "http://127.0.0.1:8000/v1" }], models: [model, { ...model, provider: "an" }] }, [
+    `${FILE}: providers[2].id: "ds" is providers[0].id too: give each provider its own id`,
+    `${FILE}: models[1].id: "m" is models[0].id too: give each model its own id`
+  ]],
+  ["a subagentModel naming nothing", { providers: [provider], models: [model], subagentModel: "gpt-5" }, [
+    `${FILE}: subagentModel: names model "gpt-5", which is not configured: name one of models[].id (m) or an alias`
+  ]],
+  ["four problems at once, each on its own line", { providers: [provider], models: [model, { ...model, id: "n", provider: "x" }, model], defaultModel: "z", aliases: { a: "y" } }, [
+    `${FILE}: models[2].id: "m" is models[0].id too: give each model its own id`,
+    `${FILE}: models[1].provider: names provider "x", which is not configured: name one of providers[].id (ds) or add it to providers`,
+    `${FILE}: aliases.a: names model "y", which is not configured: name one of models[].id (m, n)`,
+    `${FILE}: defaultModel: names model "z", which is not configured: name one of models[].id (m, n)`
+  ]]
+]
+
+describe("configuration references", () => {
+  for (const [name, json, expected] of referenceCases) {
+    it(`${name}: refused, one line per problem`, () => {
+      assert.deepStrictEqual(refusedLines(json), [...expected])
+    })
+  }
+
+  it("models without providers may name the default catalogue's providers whose key is set", () => {
+    const config = accepted({ models: [{ id: "mine", provider: "deepseek", upstreamModel: "deepseek-chat" }], defaultModel: "mine" }, { DEEPSEEK_API_KEY: "k" })
+    assert.deepStrictEqual(config.models.map((m) => m.id), ["mine"])
+    assert.deepStrictEqual(config.router.providers.map((p) => p.id), ["deepseek"])
+  })
+})
+
+describe("nested objects merge with their defaults", () => {
+  const defaults = Schema.decodeSync(FileConfig)({})
+
+  it("retry: one field given, the other five defaulted", () => {
+    const config = accepted({ providers: [provider], models: [model], retry: { maxRetries: 1 } })
+    assert.deepStrictEqual(config.router.retry, { ...defaultRetrySettings, maxRetries: 1 })
+  })
+
+  const partials: ReadonlyArray<readonly [keyof typeof defaults, Record<string, unknown>]> = [
+    ["limits", { appendWindow: 8 }],
+    ["compaction", { threshold: 0.5 }],
+    ["http2", { cleartextPort: null }],
+    ["proxy", { offline: true }],
+    ["console", {}],
+    ["web", { timeoutMs: 1000 }]
+  ]
+  for (const [key, partial] of partials) {
+    it(`${key}: ${JSON.stringify(partial)} keeps the other fields' defaults`, () => {
+      const file = Schema.decodeUnknownSync(FileConfig)({ [key]: partial }, { onExcessProperty: "error" })
+      assert.deepStrictEqual(file[key], { ...(defaults[key] as object), ...partial })
+    })
+  }
+
+  it("one level deeper: http2.tls, web.fetch and web.search", () => {
+    const file = Schema.decodeUnknownSync(FileConfig)({ http2: { tls: { port: 9443 } }, web: { fetch: { maxRedirects: 1 }, search: { maxResults: 3 } } })
+    assert.deepStrictEqual(file.http2, { ...defaults.http2, tls: { port: 9443 } })
+    assert.deepStrictEqual(file.web.fetch, { ...defaults.web.fetch, maxRedirects: 1 })
+    assert.deepStrictEqual(file.web.search, { ...defaults.web.search, maxResults: 3 })
+  })
 })

@@ -235,7 +235,7 @@ describe("Store", () => {
 
       assert.deepStrictEqual(reopened.pragmas, { journal: "wal", foreignKeys: 1, synchronous: 1 })
       // Every migration ran once, none again on reopening.
-      assert.deepStrictEqual(reopened.migrations.map((m) => m.migration_id), [1, 2, 3, 4, 5, 6])
+      assert.deepStrictEqual(reopened.migrations.map((m) => m.migration_id), [1, 2, 3, 4, 5, 6, 7])
       const { state, version } = reopened.loaded
       assert.strictEqual(version, steps.length)
       assert.deepStrictEqual(state, final)
@@ -658,7 +658,7 @@ describe("Store", () => {
           yield* commitAll("conv-old", steps)
           return { migrated: migrated.map((m) => m.migration_id), found: yield* store.findTurnStarts("req-old/") }
         }).pipe(Effect.provide(withSql(filename)))
-        assert.deepStrictEqual(result.migrated, [1, 2, 3, 4, 5, 6])
+        assert.deepStrictEqual(result.migrated, [1, 2, 3, 4, 5, 6, 7])
         assert.deepStrictEqual(result.found.map((start) => start.inputId), ["req-old/m2:0", "req-old/m1:0"])
       }).pipe(Effect.provide(NodeContext.layer)))
   })

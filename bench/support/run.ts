@@ -16,8 +16,13 @@
  *
  * HTTP/2 sessions: a turn opens its own session (TCP connection) unless it is given one, as
  * the RunSSE turns of the benchmarks each have their own `CursorClient` (own connections);
- * `openRunSession` gives one to share, as one Cursor process shares one session among its
- * streams. Node's default HTTP/2 settings (64 KiB windows) on the client side.
+ * `openRunSession` gives one to share, as one Cursor window keeps one session for all its
+ * streams. Node's default HTTP/2 settings on the client side, as a Connect client on Node has
+ * them: 64 KiB stream and connection windows; Node credits the connection's back as data
+ * arrives and a stream's as it is read, and these streams are read at once, so under 200
+ * streams on one session the connection window was never seen below half (sampled every
+ * millisecond); the server's stream limit, 1000, bounds the streams on one session.
+ * `settings` and `localWindowSize` change them.
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import { Either } from "effect"
@@ -43,16 +48,28 @@ export interface RunSession {
   readonly close: () => Promise<void>
 }
 
+export interface RunSessionOptions extends http2.ClientSessionOptions {
+  /** The session's own receive window (connection level, bytes); Node's default is 64 KiB. */
+  readonly localWindowSize?: number
+  /**
+   * Resolve only once the server's SETTINGS arrived: until then Node assumes the server allows
+   * 100 concurrent streams (`peerMaxConcurrentStreams`), so a burst of 200 would wait for it.
+   */
+  readonly waitForSettings?: boolean
+}
+
 /** Connects to `h2cUrl` (`http://127.0.0.1:<port>`) with prior knowledge; resolves once the session is up. */
-export const openRunSession = (h2cUrl: string, options: http2.ClientSessionOptions = {}): Promise<RunSession> =>
+export const openRunSession = (h2cUrl: string, options: RunSessionOptions = {}): Promise<RunSession> =>
   new Promise((resolve, reject) => {
-    const session = http2.connect(h2cUrl, options)
+    const { localWindowSize, waitForSettings, ...sessionOptions } = options
+    const session = http2.connect(h2cUrl, sessionOptions)
     const failed = (error: Error) => reject(error)
     session.once("error", failed)
-    session.once("connect", () => {
+    const up = () => {
       session.off("error", failed)
       // Errors reach the streams; a session error after connect must not crash the bench.
       session.on("error", () => undefined)
+      if (localWindowSize !== undefined) session.setLocalWindowSize(localWindowSize)
       resolve({
         session,
         close: () =>
@@ -65,8 +82,53 @@ export const openRunSession = (h2cUrl: string, options: http2.ClientSessionOptio
             })
           })
       })
+    }
+    // Both orders happen: the server's SETTINGS may be read in the same tick as the connect.
+    let connected = false
+    let settings = waitForSettings !== true
+    session.once("connect", () => {
+      connected = true
+      if (settings) up()
     })
+    if (!settings) {
+      session.once("remoteSettings", () => {
+        settings = true
+        if (connected) up()
+      })
+    }
   })
+
+/**
+ * One session kept across a bench's rounds, as one Cursor window keeps its own for all its
+ * turns: opened on first use (after the server's SETTINGS), opened again if it was closed.
+ */
+export interface KeptRunSession {
+  readonly get: () => Promise<RunSession>
+  /** Sessions opened so far (1 when the same one served every round). */
+  readonly opened: () => number
+  readonly close: () => Promise<void>
+}
+
+export const keptRunSession = (h2cUrl: string, options: RunSessionOptions = {}): KeptRunSession => {
+  let current: Promise<RunSession> | undefined
+  let opened = 0
+  const get = async (): Promise<RunSession> => {
+    const existing = current === undefined ? undefined : await current.catch(() => undefined)
+    if (existing !== undefined && !existing.session.closed && !existing.session.destroyed) return existing
+    opened += 1
+    current = openRunSession(h2cUrl, { waitForSettings: true, ...options })
+    return current
+  }
+  return {
+    get,
+    opened: () => opened,
+    close: async () => {
+      const existing = current === undefined ? undefined : await current.catch(() => undefined)
+      current = undefined
+      await existing?.close()
+    }
+  }
+}
 
 const encode = (message: AgentClientMessageInit): Uint8Array =>
   envelope(0, toBinary(AgentClientMessageSchema, create(AgentClientMessageSchema, message)))

@@ -14,7 +14,7 @@ export const restartOnly = ["host", "port", "database", "http2", "proxy", "home"
 /** Keys read at each use (a new turn, a new request, a new model call): a change applies at once. */
 const liveKeys = [
   "heartbeatMs", "orphanTimeoutMs", "blobAckTimeoutMs", "queuedMessageGraceMs", "maxLlmCallsPerTurn", "limits", "compaction", "defaultModel", "web", "subagentModel",
-  "allowedHosts"
+  "allowedHosts", "capture"
 ] as const satisfies ReadonlyArray<keyof ServerConfig>
 
 export interface Delta {

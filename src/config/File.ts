@@ -12,8 +12,11 @@ import { homedir } from "node:os"
 import { join } from "node:path"
 import { isLoopback, parseNoProxy } from "./Hosts.js"
 import { issueLines, jsonPosition } from "./Issues.js"
+import { CaptureConfig } from "./CaptureConfig.js"
 import { catalogue } from "./Catalogue.js"
+import { referenceProblems } from "./References.js"
 import * as FaultInjection from "../FaultInjection.js"
+import { defaultRetrySettings } from "../llm/Http.js"
 import { ApiKind, ModelConfig, RetryConfig, routingProblem } from "../llm/Router.js"
 import type { ProviderConfig, RouterConfig } from "../llm/Router.js"
 
@@ -26,10 +29,23 @@ const MIN_TOKEN_LENGTH = 16
 // The file
 // =============================================================================
 
+/** An absolute http or https URL (a scheme, a host); `what` is said in the refusal: `expected ${what}, got "..."`. */
+const httpUrl = (what: string) =>
+  Schema.String.pipe(Schema.filter((text) => {
+    try {
+      const url = new URL(text)
+      return (url.protocol === "http:" || url.protocol === "https:") && url.hostname !== ""
+    } catch {
+      return false
+    }
+  }, { message: (issue) => `expected ${what}, got ${JSON.stringify(issue.actual)}` }))
+
+const HttpUrl = httpUrl("an http or https URL")
+
 export const ProviderEntry = Schema.Struct({
   id: Schema.String,
   api: ApiKind,
-  baseUrl: Schema.String,
+  baseUrl: httpUrl("an http or https URL with the API's version segment, e.g. \"https://api.openai.com/v1\""),
   /** The environment variable holding the key; omit for servers that need none (local vLLM, Ollama). */
   apiKeyEnv: Schema.optional(Schema.String),
   headers: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.String }), { default: () => ({}) }),
@@ -65,6 +81,16 @@ const HostName = Schema.String.pipe(Schema.pattern(/^(?:\[[0-9a-fA-F:.]+\]|[A-Za
   message: (issue) => `expected a host name or name:port (no scheme, path or user), got ${JSON.stringify(issue.actual)}`
 }))
 
+/** `retry`: the router's retry settings, each defaulting to `defaultRetrySettings`'s value. */
+export const RetryEntry = Schema.Struct({
+  maxRetries: Schema.optionalWith(RetryConfig.fields.maxRetries, { default: () => defaultRetrySettings.maxRetries }),
+  initialDelayMs: Schema.optionalWith(RetryConfig.fields.initialDelayMs, { default: () => defaultRetrySettings.initialDelayMs }),
+  maxDelayMs: Schema.optionalWith(RetryConfig.fields.maxDelayMs, { default: () => defaultRetrySettings.maxDelayMs }),
+  maxRetryAfterMs: Schema.optionalWith(RetryConfig.fields.maxRetryAfterMs, { default: () => defaultRetrySettings.maxRetryAfterMs }),
+  jitter: Schema.optionalWith(RetryConfig.fields.jitter, { default: () => defaultRetrySettings.jitter }),
+  idleTimeoutMs: Schema.optionalWith(RetryConfig.fields.idleTimeoutMs, { default: () => defaultRetrySettings.idleTimeoutMs })
+})
+
 export const Limits = Schema.Struct({
   /** Largest BidiAppend body accepted (after gzip inflation). */
   bidiAppendBytes: Schema.optionalWith(Bytes, { default: () => 16 * 1024 * 1024 }),
@@ -97,15 +123,6 @@ export const CompactionConfig = Schema.Struct({
   /** After a context-overflow error, tool results longer than this (characters) before the tail are elided for the summary call. */
   elideToolResultChars: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 2048 })
 })
-
-const HttpUrl = Schema.String.pipe(Schema.filter((text) => {
-  try {
-    const url = new URL(text)
-    return url.protocol === "http:" || url.protocol === "https:"
-  } catch {
-    return false
-  }
-}, { message: (issue) => `expected an http or https URL, got ${JSON.stringify(issue.actual)}` }))
 
 /** Server-side web fetches (the WebFetch tool): limits, and the hosts exempt from the private-address refusal. */
 export const WebFetchConfig = Schema.Struct({
@@ -201,6 +218,8 @@ export const FileConfig = Schema.Struct({
   port: Schema.optionalWith(Port, { default: () => 8787 }),
   database: Schema.optionalWith(Schema.String, { default: () => "./data/byok.sqlite" }),
   heartbeatMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 5000 }),
+  /** How long a stop waits for requests in flight (a commit, an append's answer) before it closes their connections. */
+  drainMs: Schema.optionalWith(Schema.Int.pipe(Schema.nonNegative()), { default: () => 5000 }),
   /** A RunSSE for a request the server has no turn for (e.g. after a restart) is ended after this long. */
   orphanTimeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 30_000 }),
   /**
@@ -218,9 +237,12 @@ export const FileConfig = Schema.Struct({
   maxLlmCallsPerTurn: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 50 }),
   limits: Schema.optionalWith(Limits, { default: () => Schema.decodeSync(Limits)({}) }),
   compaction: Schema.optionalWith(CompactionConfig, { default: () => Schema.decodeSync(CompactionConfig)({}) }),
+  /** Capture mode (`capture/`): each agent request written to `<home>/captures/`, for a bug report and `cursor-byok replay`. */
+  capture: Schema.optionalWith(CaptureConfig, { default: () => Schema.decodeSync(CaptureConfig)({}) }),
   web: Schema.optionalWith(WebFileConfig, { default: () => Schema.decodeSync(WebFileConfig)({}) }),
   console: Schema.optionalWith(ConsoleConfig, { default: () => ({}) }),
-  retry: Schema.optional(RetryConfig),
+  /** Each field defaults on its own (`defaultRetrySettings`): `{ "maxRetries": 1 }` keeps the other five. */
+  retry: Schema.optional(RetryEntry),
   providers: Schema.optionalWith(Schema.Array(ProviderEntry), { default: () => [] }),
   models: Schema.optionalWith(Schema.Array(ModelEntry), { default: () => [] }),
   /** The model Cursor selects by default; defaults to the first model. */
@@ -265,6 +287,7 @@ export interface ServerConfig {
   readonly port: number
   readonly database: string
   readonly heartbeatMs: number
+  readonly drainMs: number
   readonly orphanTimeoutMs: number
   readonly blobAckTimeoutMs: number
   readonly queuedMessageGraceMs: number
@@ -285,6 +308,8 @@ export interface ServerConfig {
   readonly maxLlmCallsPerTurn: number
   readonly limits: typeof Limits.Type
   readonly compaction: typeof CompactionConfig.Type
+  /** Capture mode: on or off, and whether file contents are kept (else redacted). */
+  readonly capture: typeof CaptureConfig.Type
   /** Server-side web fetch and search (`web`, `BYOK_WEB_SEARCH`). */
   readonly web: WebConfig
   /** The web console: the token a non-loopback host requires (`console.token`, `BYOK_CONSOLE_TOKEN`). */
@@ -325,7 +350,8 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
   if (providers.length === 0) {
     const available = defaultCatalogue.filter((entry) => (env[entry.env] ?? "") !== "")
     providers = available.map((entry) => entry.provider)
-    models = available.flatMap((entry) => entry.models.map((model) => Schema.decodeSync(ModelEntry)(model)))
+    // The file's own models, when it lists any, name the catalogue's providers (validate refuses any other).
+    if (models.length === 0) models = available.flatMap((entry) => entry.models.map((model) => Schema.decodeSync(ModelEntry)(model)))
     if (available.length > 0) notices.push(`no providers configured: using the default catalogue for ${available.map((e) => e.env).join(", ")}`)
     else notices.push("no provider is configured and no OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY or DEEPSEEK_API_KEY is set: turns will fail until one is")
   }
@@ -344,9 +370,6 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
       compat: provider.compat
     })
   }
-  for (const model of models) {
-    if (!providers.some((p) => p.id === model.provider)) notices.push(`model ${model.id} names provider ${model.provider}, which is not configured`)
-  }
   const host = env["BYOK_HOST"] ?? file.host
   const portText = env["BYOK_PORT"]
   const port = portText === undefined ? file.port : Number(portText)
@@ -364,6 +387,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     port,
     database: env["BYOK_DB"] ?? file.database,
     heartbeatMs: file.heartbeatMs,
+    drainMs: file.drainMs,
     orphanTimeoutMs: file.orphanTimeoutMs,
     blobAckTimeoutMs: file.blobAckTimeoutMs,
     queuedMessageGraceMs: file.queuedMessageGraceMs,
@@ -373,6 +397,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     maxLlmCallsPerTurn: file.maxLlmCallsPerTurn,
     limits: file.limits,
     compaction: { ...file.compaction, auto: compactionAutoOf(env) ?? file.compaction.auto },
+    capture: file.capture,
     web: webOf(file, env),
     console: { token: consoleToken === undefined || consoleToken === "" ? undefined : Redacted.make(consoleToken) },
     router: {
@@ -443,8 +468,16 @@ export const decodeFile = (path: string, text: string): Effect.Effect<FileConfig
 
 const environment = Effect.sync(() => ({ ...process.env }) as Readonly<Record<string, string | undefined>>)
 
-/** The checks a resolved configuration must pass (ports, the TLS files in pairs). */
-export const validate = (config: ServerConfig, env: Readonly<Record<string, string | undefined>>): Effect.Effect<ServerConfig, ConfigError> =>
+/**
+ * The checks a resolved configuration must pass (ports, the TLS files in pairs, the model
+ * table's references). The references' problems are all reported, one line each, prefixed with
+ * `path` (the file's) when given.
+ */
+export const validate = (
+  config: ServerConfig,
+  env: Readonly<Record<string, string | undefined>>,
+  path?: string
+): Effect.Effect<ServerConfig, ConfigError> =>
   Effect.gen(function*() {
     if (!Number.isInteger(config.port) || config.port < 0 || config.port > 65535) {
       return yield* new ConfigError({ message: `BYOK_PORT must be a port number (0-65535), got ${env["BYOK_PORT"]}` })
@@ -478,12 +511,12 @@ export const validate = (config: ServerConfig, env: Readonly<Record<string, stri
     if (search !== undefined && search.name !== "searxng" && Redacted.value(search.apiKey) === "") {
       return yield* new ConfigError({ message: `web search: the ${search.name} backend reads its API key from ${search.apiKeyEnv}, which is not set` })
     }
+    const references = referenceProblems(config)
+    if (references.length > 0) {
+      return yield* new ConfigError({ message: references.map((line) => (path === undefined ? line : `${path}: ${line}`)).join("\n") })
+    }
     const routing = routingProblem(config.router)
     if (routing !== undefined) return yield* new ConfigError({ message: routing })
-    const subagentModel = config.subagentModel
-    if (subagentModel !== undefined && !config.models.some((model) => model.id === subagentModel) && !Object.hasOwn(config.router.aliases ?? {}, subagentModel)) {
-      return yield* new ConfigError({ message: `subagentModel names model ${subagentModel}, which is not configured (name one of models[].id or an alias)` })
-    }
     if ((config.http2.tls?.certFile === undefined) !== (config.http2.tls?.keyFile === undefined)) {
       return yield* new ConfigError({ message: "the TLS listener takes both a certificate and a key (http2.tls.certFile and keyFile, or BYOK_TLS_CERT and BYOK_TLS_KEY), or neither (the CA's leaf)" })
     }
@@ -525,7 +558,7 @@ export const loadFrom = (source: ConfigSource): Effect.Effect<ServerConfig, Conf
         Effect.flatMap((text) => decodeFile(source.path, text))
       )
       : Schema.decodeSync(FileConfig)({})
-    return yield* validate(resolve(file, source.env), source.env)
+    return yield* validate(resolve(file, source.env), source.env, exists ? source.path : undefined)
   })
 
 /** Loads the configuration: the file if any, the environment, validated. */

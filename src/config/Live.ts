@@ -84,9 +84,12 @@ export const make = Effect.fn("LiveConfig.make")(function*(initial: ServerConfig
         const message = loaded.left.message
         if (message !== refused) {
           refused = message
-          yield* Effect.logError(`configuration change refused; the running configuration stays:\n${message}`).pipe(
-            Effect.annotateLogs({ configPath: source.path })
-          )
+          // One entry per problem: a logfmt or JSON logger would write a multi-line message as one line with `\n`s.
+          for (const line of message.split("\n")) {
+            yield* Effect.logError(`configuration change refused, the running configuration stays: ${line}`).pipe(
+              Effect.annotateLogs({ configPath: source.path })
+            )
+          }
         }
         return ReloadOutcome.Refused({ message })
       }

@@ -14,19 +14,21 @@ import type { ServerConfig } from "../Config.js"
 import { kindsSeen } from "../Drift.js"
 import type { DriftKind } from "../Drift.js"
 import type { Message } from "../Llm.js"
-import type { CallInsight, ConversationInsight, RecentCall, SegmentRecord, StoreService } from "../Store.js"
+import type { CallInsight, ConversationInsight, RecentAttempt, RecentCall, SegmentRecord, StoreService } from "../Store.js"
 import { firstDifference, prefixStatuses } from "../store/Prefix.js"
 import type { PrefixStatus } from "../store/Prefix.js"
 import type { SessionsService } from "../transport/Sessions.js"
 import { bucketsOf, windowStart } from "./Charts.js"
 import type { Bucket, Range } from "./Charts.js"
+import { failureFigures, providerFigures } from "./Failures.js"
+import type { FailureFigures, ProviderFigures } from "./Failures.js"
 
 /** How many conversations the overview lists. */
 export const CONVERSATIONS_LISTED = 200
 /** At most this many calls feed the charts and the per-model figures. */
 const RECENT_CALLS = 50_000
-/** Errors listed per model. */
-const ERRORS_PER_MODEL = 3
+/** At most this many failed attempts feed the per-model and per-provider figures. */
+const RECENT_ATTEMPTS = 20_000
 
 export interface RunningTurn {
   readonly requestId: string
@@ -45,11 +47,13 @@ export interface ModelFigures {
   readonly upstreamModel: string | null
   readonly baseUrl: string | null
   readonly calls: number
+  /** Calls that failed (no target answered, or the answer broke off). */
   readonly failed: number
   readonly medianFirstDeltaMs: number | null
   /** The targets that answered, with how many calls each. */
   readonly targets: ReadonlyArray<{ readonly target: string; readonly calls: number }>
-  readonly errors: ReadonlyArray<{ readonly atMs: number; readonly conversationId: string; readonly message: string }>
+  /** Its attempts, failed ones counted even when a retry or a fallback answered, and the last errors. */
+  readonly failures: FailureFigures
 }
 
 export interface Overview {
@@ -58,6 +62,8 @@ export interface Overview {
   readonly conversations: ReadonlyArray<ConversationInsight>
   readonly running: ReadonlyArray<RunningTurn>
   readonly models: ReadonlyArray<ModelFigures>
+  /** Per configured provider: answered calls, failed attempts, error rate, last errors. */
+  readonly providers?: ReadonlyArray<ProviderFigures>
   readonly buckets: ReadonlyArray<Bucket>
   /** The kinds of unknown fields clients sent since the process started (protocol drift). */
   readonly drift?: ReadonlyArray<DriftKind>
@@ -68,6 +74,8 @@ export type PrefixView = PrefixStatus & { readonly measureError?: string }
 
 export interface CallView extends CallInsight {
   readonly prefix: PrefixView
+  /** Its attempts that failed before answering (retried or fallen back from). */
+  readonly failedAttempts: number
 }
 
 export interface TurnView {
@@ -109,7 +117,7 @@ const median = (values: ReadonlyArray<number>): number | null => {
 }
 
 /** Per model: configured models first (in configuration order), then the other ids the calls name. */
-export const modelFigures = (config: ServerConfig, calls: ReadonlyArray<RecentCall>): ReadonlyArray<ModelFigures> => {
+export const modelFigures = (config: ServerConfig, calls: ReadonlyArray<RecentCall>, attempts: ReadonlyArray<RecentAttempt> = []): ReadonlyArray<ModelFigures> => {
   const ids = [...config.models.map((model) => model.id), ...new Set(calls.map((call) => call.model))]
   return [...new Set(ids)].map((id): ModelFigures => {
     const model = config.models.find((m) => m.id === id)
@@ -128,11 +136,7 @@ export const modelFigures = (config: ServerConfig, calls: ReadonlyArray<RecentCa
       failed: failed.length,
       medianFirstDeltaMs: median(own.flatMap((call) => call.firstDeltaMs === null ? [] : [call.firstDeltaMs])),
       targets: [...targets.entries()].map(([target, count]) => ({ target, calls: count })),
-      errors: failed.slice(-ERRORS_PER_MODEL).reverse().map((call) => ({
-        atMs: call.updatedAtMs,
-        conversationId: call.conversationId,
-        message: call.error ?? "(no message)"
-      }))
+      failures: failureFigures(own, attempts.filter((attempt) => attempt.model === id))
     }
   })
 }
@@ -146,12 +150,14 @@ export const overview = Effect.fn("Console.overview")(function*(
 ) {
   const conversations = yield* store.conversations(CONVERSATIONS_LISTED)
   const calls = yield* store.callsSince(windowStart(range, nowMs), RECENT_CALLS)
+  const attempts = yield* store.attemptsSince(windowStart(range, nowMs), RECENT_ATTEMPTS)
   return {
     nowMs,
     range,
     conversations,
     running: runningTurns(sessions),
-    models: modelFigures(config, calls),
+    models: modelFigures(config, calls, attempts),
+    providers: providerFigures(config, calls, attempts),
     buckets: bucketsOf(calls, range, nowMs),
     drift: kindsSeen()
   } satisfies Overview
@@ -161,7 +167,7 @@ export const overview = Effect.fn("Console.overview")(function*(
  * Each call's prefix status; a break is measured: the reference call (the previous answer call,
  * as `prefixStatuses` compares) and this one are rebuilt from the store and compared byte by byte.
  */
-const prefixViews = (store: StoreService, calls: ReadonlyArray<CallInsight>, segments: ReadonlyArray<SegmentRecord>) =>
+export const prefixViews = (store: StoreService, calls: ReadonlyArray<CallInsight>, segments: ReadonlyArray<SegmentRecord>) =>
   Effect.gen(function*() {
     const statuses = prefixStatuses(calls, segments)
     const views: Array<PrefixView> = []
@@ -199,9 +205,11 @@ export const conversation = Effect.fn("Console.conversation")(function*(
   const calls = yield* store.callsOf(conversationId)
   const segments = yield* store.segments(conversationId)
   const prefixes = yield* prefixViews(store, calls, segments)
+  const failedPerCall = new Map<string, number>()
+  for (const attempt of yield* store.attemptsOf({ conversationId })) failedPerCall.set(attempt.callId, (failedPerCall.get(attempt.callId) ?? 0) + 1)
   const turns: Array<{ turnId: string; calls: Array<CallView> }> = []
   for (const [index, call] of calls.entries()) {
-    const view: CallView = { ...call, prefix: prefixes[index]! }
+    const view: CallView = { ...call, prefix: prefixes[index]!, failedAttempts: failedPerCall.get(call.callId) ?? 0 }
     const last = turns[turns.length - 1]
     if (last !== undefined && last.turnId === call.turnId) last.calls.push(view)
     else turns.push({ turnId: call.turnId, calls: [view] })

@@ -93,7 +93,22 @@ a{color:var(--accent);text-decoration:none}a:hover{text-decoration:underline}cod
 .charts{display:flex;flex-wrap:wrap;gap:16px}.charts figure{margin:0}.charts figcaption{font-size:12px;color:var(--muted)}
 pre{white-space:pre-wrap;word-break:break-word;background:#f3f5f8;padding:8px;border-radius:4px;max-height:420px;overflow:auto;margin:4px 0}
 .legend svg{margin-left:8px;vertical-align:middle}
+.scroll{overflow-x:auto}td.errors{min-width:22em}td.outcome,.nowrap{white-space:nowrap}header .page{margin-left:auto;color:#c9d1db}.small{font-size:12px}nav{display:flex;gap:12px}td.error{white-space:pre-wrap;word-break:break-word;min-width:16em}
+.filters{display:flex;flex-wrap:wrap;gap:4px 14px;margin:0 0 8px}.filters a.on{font-weight:600;color:var(--fg)}
+details>summary{cursor:pointer;color:var(--accent)}.pager{display:flex;gap:14px;margin-top:8px}
+@media (max-width:720px){header{flex-wrap:wrap;gap:4px 12px;padding:8px 10px}main{padding:6px 6px 30px}section{padding:8px;margin:8px 0}
+section>table{display:block;overflow-x:auto}th,td{padding:4px 6px}.charts figure{max-width:100%}.charts figure>svg{max-width:100%;height:auto}}
 `
+
+/** The tab's icon: a small inline SVG (a data URL, which the Content-Security-Policy's `img-src` allows). */
+const FAVICON = "data:image/svg+xml," + encodeURIComponent(
+  `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="6" fill="#1d232a"/>` +
+    `<path d="M9 10l7 6-7 6" fill="none" stroke="#7fb2ff" stroke-width="3" stroke-linecap="round" stroke-linejoin="round"/>` +
+    `<path d="M17 22h7" stroke="#fff" stroke-width="3" stroke-linecap="round"/></svg>`
+)
+
+/** The call log's link, from the overview's (`/console`, with the token's query when it has one). */
+const callsLink = (home: string): string => home.replace(/^\/console/, "/console/calls")
 
 /** A whole page; `nonce` allows its one inline script under the Content-Security-Policy. */
 export const page = (options: {
@@ -105,6 +120,6 @@ export const page = (options: {
 }): string =>
   `<!doctype html>\n` +
   html`<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${options.title} &middot; cursor-byok console</title><style nonce="${options.nonce}">${raw(STYLE)}</style></head>
-<body><header><h1><a href="${options.home}">cursor-byok console</a></h1><span>${options.title}</span></header>
+<title>${options.title} &middot; cursor-byok console</title><link rel="icon" type="image/svg+xml" href="${FAVICON}"><style nonce="${options.nonce}">${raw(STYLE)}</style></head>
+<body><header><h1><a href="${options.home}">cursor-byok console</a></h1><nav><a href="${options.home}">Overview</a><a href="${callsLink(options.home)}">Calls</a></nav><span class="page">${options.title}</span></header>
 <main>${options.body}</main>${options.script === undefined ? null : html`<script nonce="${options.nonce}">${options.script}</script>`}</body></html>`.value

@@ -9,7 +9,9 @@ import { cacheShare, chartsOf } from "./Charts.js"
 import type { CallView, ConversationView, Overview, PrefixView, RunningTurn } from "./Data.js"
 import { formatAgo, formatCompact, formatInt, formatMs, formatShare, formatTime, formatUsd, html, page, shorten } from "./Html.js"
 import type { Markup } from "./Html.js"
+import { errorLines, errorRateCell, providersSection } from "./Failures.js"
 import { runningScript } from "./Script.js"
+import { callStatusClass, callStatusWords, conversationStatusWords } from "./Words.js"
 
 /** Builds console links, carrying the token when it came in the query. */
 export interface Links {
@@ -24,6 +26,10 @@ export const linksOf = (token: string | undefined): Links => ({
 })
 
 export const conversationPath = (id: string) => `/console/conversations/${encodeURIComponent(id)}`
+
+/** A model call's page, and the call log. */
+export const callPath = (callId: string) => `/console/calls/${encodeURIComponent(callId)}`
+export const CALLS_PATH = "/console/calls"
 
 const TITLE_CHARS = 80
 
@@ -46,23 +52,25 @@ const runningSection = (overview: Overview, links: Links) =>
 
 const conversationsSection = (overview: Overview, links: Links) =>
   html`<section id="conversations"><h2>Conversations <span class="muted">(${overview.conversations.length}, most recent first)</span></h2>
-<table><thead><tr><th>Title</th><th>Model</th><th class="num">Turns</th><th class="num">Calls</th><th class="num">Tokens</th><th class="num">Cost</th><th class="num">Cache read</th><th>Last activity</th><th>Status</th></tr></thead>
+<div class="scroll"><table><thead><tr><th>Title</th><th>Model</th><th class="num">Turns</th><th class="num">Calls</th><th class="num">Tokens</th><th class="num">Cost</th><th class="num">Cache read</th><th>Last activity</th><th>Status</th></tr></thead>
 <tbody>${overview.conversations.length === 0
     ? html`<tr><td colspan="9" class="muted">No conversation yet.</td></tr>`
     : overview.conversations.map((c) =>
-      html`<tr data-conversation="${c.conversationId}"><td><a href="${links.to(conversationPath(c.conversationId))}">${titleOf(c)}</a></td>
+      html`<tr data-conversation="${c.conversationId}"><td><a href="${links.to(conversationPath(c.conversationId))}">${titleOf(c)}</a><div class="muted small nowrap"><code>${shorten(c.conversationId, 40)}</code>${c.startedAtMs === null ? null : html` &middot; started ${formatTime(c.startedAtMs)}`}</div></td>
 <td>${c.model ?? "–"}</td><td class="num">${c.turns}</td><td class="num">${c.calls}</td><td class="num" title="${formatInt(c.usage.input + c.usage.cacheRead + c.usage.cacheWrite)} in, ${formatInt(c.usage.output)} out">${tokensCell(c.usage)}</td>
-<td class="num">${formatUsd(c.costUsd)}</td><td class="num">${formatShare(cacheShare(c.usage))}</td><td title="${formatTime(c.lastActivityMs)} UTC">${formatAgo(c.lastActivityMs, overview.nowMs)}</td><td>${c.status}</td></tr>`)}</tbody></table></section>`
+<td class="num">${formatUsd(c.costUsd)}</td><td class="num">${formatShare(cacheShare(c.usage))}</td><td title="${formatTime(c.lastActivityMs)} UTC">${formatAgo(c.lastActivityMs, overview.nowMs)}</td><td data-status="${c.status}">${conversationStatusWords(c.status)}</td></tr>`)}</tbody></table></div></section>`
 
 const modelsSection = (overview: Overview, links: Links) =>
-  html`<section id="models"><h2>Models and providers <span class="muted">(calls in the charts' window)</span></h2>
-<table><thead><tr><th>Model</th><th>Provider</th><th>API</th><th>Upstream model</th><th>Base URL</th><th class="num">Calls</th><th class="num">Failed</th><th class="num">Median first delta</th><th>Answered by</th><th>Recent errors</th></tr></thead>
+  html`<section id="models"><h2>Models <span class="muted">(calls in the charts' window; a failed attempt counts even when a retry or a fallback answered)</span></h2>
+<div class="scroll"><table><thead><tr><th>Model</th><th class="num">Calls</th><th class="num">Failed calls</th><th class="num">Failed attempts</th><th class="num">Error rate</th><th class="num">Median first delta</th><th>Provider</th><th>Upstream model</th><th>Answered by</th><th>Recent errors</th></tr></thead>
 <tbody>${overview.models.map((m) =>
-    html`<tr data-model="${m.model}"><td>${m.model}</td><td>${m.provider ?? html`<span class="muted">not configured</span>`}</td><td>${m.api ?? "–"}</td><td>${m.upstreamModel ?? "–"}</td><td><code>${m.baseUrl ?? "–"}</code></td>
-<td class="num">${m.calls}</td><td class="num ${m.failed > 0 ? "bad" : ""}">${m.failed}</td><td class="num">${formatMs(m.medianFirstDeltaMs)}</td>
-<td>${m.targets.map((t) => html`<div><code>${t.target}</code> <span class="muted">&times;${t.calls}</span></div>`)}</td>
-<td>${m.errors.length === 0 ? html`<span class="muted">none</span>` : m.errors.map((e) =>
-      html`<div class="bad"><span class="muted">${formatAgo(e.atMs, overview.nowMs)}</span> <a href="${links.to(conversationPath(e.conversationId))}">${shorten(e.conversationId, 24)}</a>: ${shorten(e.message, 200)}</div>`)}</td></tr>`)}</tbody></table></section>`
+    html`<tr data-model="${m.model}"><td><a href="${links.to(CALLS_PATH, { model: m.model })}">${m.model}</a></td>
+<td class="num">${m.calls}</td><td class="num ${m.failed > 0 ? "bad" : ""}" data-col="failed-calls">${m.failed}</td><td class="num ${m.failures.failedAttempts > 0 ? "bad" : ""}" data-col="failed-attempts">${m.failures.failedAttempts}</td>${errorRateCell(m.failures)}<td class="num">${formatMs(m.medianFirstDeltaMs)}</td>
+<td>${m.provider ?? html`<span class="muted">not configured</span>`}</td><td>${m.upstreamModel ?? "–"}</td><td>${m.targets.map((t) => html`<div><code>${t.target}</code> <span class="muted">&times;${t.calls}</span></div>`)}</td>
+<td data-col="errors" class="errors">${errorLines(m.failures.errors, overview.nowMs, (callId) => links.to(callPath(callId)))}</td></tr>`)}</tbody></table></div></section>`
+
+const providersOf = (overview: Overview, links: Links) =>
+  providersSection(overview.providers ?? [], overview.nowMs, (callId) => links.to(callPath(callId)), (provider) => links.to(CALLS_PATH, { provider }))
 
 const WIRE_TYPES = ["varint", "64-bit", "length-delimited", "group start", "group end", "32-bit"]
 
@@ -88,7 +96,7 @@ export const overviewPage = (overview: Overview, links: Links, nonce: string): s
     title: "Overview",
     home: links.to("/console"),
     nonce,
-    body: html`${runningSection(overview, links)}${conversationsSection(overview, links)}${modelsSection(overview, links)}${driftSection(overview)}${chartsSection(overview, links)}`,
+    body: html`${runningSection(overview, links)}${conversationsSection(overview, links)}${modelsSection(overview, links)}${providersOf(overview, links)}${driftSection(overview)}${chartsSection(overview, links)}<section><h2><a href="${links.to("/console/captures")}">Captures</a></h2></section>`,
     script: runningScript(links.to("/console/api/running"), links.to("/console/conversations/"))
   })
 
@@ -118,19 +126,21 @@ export const prefixCell = (prefix: PrefixView): Markup => {
   }
 }
 
-const callRow = (call: CallView, index: number): Markup => {
+const callRow = (links: Links) => (call: CallView, index: number): Markup => {
   const usage = call.usage
   const settled = call.status !== "planned" && call.status !== "streaming"
-  return html`<tr data-call="${call.callId}" data-status="${call.status}"><td class="num">${index + 1}</td><td><code>${call.callId.split("/").slice(-1)[0] ?? call.callId}</code>${call.detached ? html` <span class="tag">summary</span>` : null}</td>
-<td>${call.model}</td><td><code>${call.target ?? "–"}</code></td><td class="${call.status === "failed" ? "bad" : call.status === "committed" ? "ok" : "warn"}">${call.status}${call.error === null ? null : html`<div class="bad">${shorten(call.error, 240)}</div>`}</td>
+  return html`<tr data-call="${call.callId}" data-status="${call.status}"><td class="num">${index + 1}</td><td><a href="${links.to(callPath(call.callId))}"><code>${call.callId.split("/").slice(-1)[0] ?? call.callId}</code></a>${call.detached ? html` <span class="tag">summary</span>` : null}</td>
+<td>${call.model}</td><td><code>${call.target ?? "–"}</code></td><td class="${callStatusClass(call.status)}">${callStatusWords(call.status)}${call.error === null ? null : html`<div class="bad">${shorten(call.error, 240)}</div>`}</td>
 <td class="num" title="characters of the stored request JSON">${formatCompact(call.requestChars)}</td><td class="num">${call.messageCount}</td>
 <td class="num" data-col="input">${usage === null ? "–" : formatInt(usage.input)}</td><td class="num" data-col="cache-read">${usage === null ? "–" : formatInt(usage.cacheRead)}</td>
 <td class="num" data-col="cache-write">${usage === null ? "–" : formatInt(usage.cacheWrite)}</td><td class="num" data-col="output">${usage === null ? "–" : formatInt(usage.output)}</td>
 <td class="num" data-col="cost">${formatUsd(call.costUsd)}</td><td class="num">${formatMs(call.firstDeltaMs)}</td><td class="num">${settled ? formatMs(call.updatedAtMs - call.createdAtMs) : "–"}</td>
-<td class="num">${call.attempts ?? "–"}</td><td>${prefixCell(call.prefix)}</td></tr>`
+<td class="num" data-col="attempts" title="attempts of the target that answered; failed attempts in all (retries and fallbacks)">${call.attempts ?? "–"}${
+    call.failedAttempts === 0 ? null : html`<div class="bad">${call.failedAttempts} failed</div>`
+  }</td><td>${prefixCell(call.prefix)}</td></tr>`
 }
 
-const partText = (part: Message["content"][number]): Markup => {
+export const partText = (part: Message["content"][number]): Markup => {
   switch (part.type) {
     case "text":
       return html`<pre>${part.text}</pre>`
@@ -157,15 +167,16 @@ ${view.messages.map((message, index) => html`<h3>${index}. ${message.role === "t
 export const conversationPage = (view: ConversationView, links: Links, nonce: string, loopbackClient: boolean, messagesRefused: boolean): string => {
   const c = view.conversation
   const summary = html`<section id="summary"><h2>${titleOf(c)}</h2>
-<p><code>${c.conversationId}</code> &middot; model ${c.model ?? "–"} &middot; ${c.turns} turns &middot; ${c.calls} model calls &middot; ${formatInt(c.usage.input + c.usage.cacheRead + c.usage.cacheWrite)} tokens in, ${formatInt(c.usage.output)} out &middot;
-cost ${formatUsd(c.costUsd)} &middot; cache read ${formatShare(cacheShare(c.usage))} &middot; ${c.status} &middot; last activity ${formatTime(c.lastActivityMs)} UTC (${formatAgo(c.lastActivityMs, view.nowMs)})</p>
+<p>Conversation <code>${c.conversationId}</code> &middot; started ${c.startedAtMs === null ? "–" : html`${formatTime(c.startedAtMs)} UTC`} &middot; <a href="${links.to(CALLS_PATH, { conversation: c.conversationId })}">its calls in the log</a></p>
+<p>model ${c.model ?? "–"} &middot; ${c.turns} turns &middot; ${c.calls} model calls &middot; ${formatInt(c.usage.input + c.usage.cacheRead + c.usage.cacheWrite)} tokens in, ${formatInt(c.usage.output)} out &middot;
+cost ${formatUsd(c.costUsd)} &middot; cache read ${formatShare(cacheShare(c.usage))} &middot; ${conversationStatusWords(c.status)} &middot; last activity ${formatTime(c.lastActivityMs)} UTC (${formatAgo(c.lastActivityMs, view.nowMs)})</p>
 ${messagesRefused ? html`<p class="bad">Messages are shown only to a client on this machine (a loopback address).</p>` : null}
 ${view.segments.length === 0 ? null : html`<p>Segments: ${view.segments.map((s) => html`<span class="tag">${s.kind} at message ${s.start} (turn <code>${s.turnId}</code>: ${s.replaced} replaced, ${s.kept} kept)</span> `)}</p>`}</section>`
   const turns = html`<section id="turns"><h2>Turns and model calls</h2>${view.turns.length === 0 ? html`<p class="muted">No model call yet.</p>` : html`
-<table class="calls"><thead><tr><th class="num">#</th><th>Call</th><th>Model</th><th>Answered by</th><th>Status</th><th class="num" title="characters of the stored request JSON">Request</th><th class="num">Msgs</th><th class="num">Input</th><th class="num">Cache read</th><th class="num">Cache write</th><th class="num">Output</th><th class="num">Cost</th><th class="num">First delta</th><th class="num">Duration</th><th class="num">Attempts</th><th>Prefix</th></tr></thead>
+<div class="scroll"><table class="calls"><thead><tr><th class="num">#</th><th>Call</th><th>Model</th><th>Answered by</th><th>Status</th><th class="num" title="characters of the stored request JSON">Request</th><th class="num">Msgs</th><th class="num">Input</th><th class="num">Cache read</th><th class="num">Cache write</th><th class="num">Output</th><th class="num">Cost</th><th class="num">First delta</th><th class="num">Duration</th><th class="num">Attempts</th><th>Prefix</th></tr></thead>
 ${view.turns.map((turn) =>
     html`<tbody><tr class="turn" data-turn="${turn.turnId}"><th colspan="16">Turn <code>${turn.turnId}</code> <span class="muted">started ${formatTime(turn.calls[0]!.createdAtMs)} UTC &middot; ${turn.calls.length} ${turn.calls.length === 1 ? "call" : "calls"} &middot; ${formatUsd(turn.calls.reduce((sum, call) => sum + (call.costUsd ?? 0), 0))}</span></th></tr>
-${turn.calls.map(callRow)}</tbody>`)}</table>`}</section>`
+${turn.calls.map(callRow(links))}</tbody>`)}</table></div>`}</section>`
   return page({
     title: titleOf(c),
     home: links.to("/console"),

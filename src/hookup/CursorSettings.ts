@@ -157,7 +157,7 @@ export const parseSettings = (path: string, withBom: string): Either.Either<Read
 }
 
 /** The file's own indentation (the first indented line) and line ending; 4 spaces for a new file. */
-const formattingOf = (text: string): Jsonc.FormattingOptions => {
+export const formattingOf = (text: string): Jsonc.FormattingOptions => {
   const eol = text.includes("\r\n") ? "\r\n" : "\n"
   const indent = /^([ \t]+)\S/m.exec(text)?.[1]
   if (indent === undefined) return { insertSpaces: true, tabSize: 4, eol }
@@ -281,7 +281,7 @@ export interface Summary {
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true })
 
-const readIfExists = (fs: FileSystem.FileSystem, path: string) =>
+export const readIfExists = (fs: FileSystem.FileSystem, path: string) =>
   Effect.gen(function*() {
     if (!(yield* fs.exists(path))) return undefined
     const bytes = yield* fs.readFile(path)
@@ -292,7 +292,7 @@ const readIfExists = (fs: FileSystem.FileSystem, path: string) =>
   })
 
 /** Writes through a temporary file in the same folder, so a crash leaves the old file or the new one. */
-const writeAtomic = (fs: FileSystem.FileSystem, path: string, text: string) =>
+export const writeAtomic = (fs: FileSystem.FileSystem, path: string, text: string) =>
   Effect.gen(function*() {
     yield* fs.makeDirectory(NodePath.dirname(path), { recursive: true })
     const temporary = `${path}.${randomBytes(6).toString("hex")}.tmp`
@@ -300,7 +300,7 @@ const writeAtomic = (fs: FileSystem.FileSystem, path: string, text: string) =>
     yield* fs.rename(temporary, path).pipe(Effect.tapError(() => fs.remove(temporary).pipe(Effect.ignore)))
   })
 
-const readJournal = (fs: FileSystem.FileSystem, journalPath: string) =>
+export const readJournal = (fs: FileSystem.FileSystem, journalPath: string) =>
   Effect.gen(function*() {
     if (!(yield* fs.exists(journalPath))) return Option.none<Journal>()
     const text = yield* fs.readFileString(journalPath)

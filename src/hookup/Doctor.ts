@@ -3,31 +3,26 @@
  * proxy are checked from outside, as Cursor reaches them (the proxy by a real CONNECT, TLS with
  * only our CA trusted, and a procedure it must answer locally); the CA, the OS's trust in it
  * and Cursor's settings from their files (with the agent path they select: HTTP/1.1 through the
- * proxy, or HTTP/2 on the TLS listener); each configured model by a one-token request.
+ * proxy, or HTTP/2 on the TLS listener); the provider keys and each configured model by a
+ * one-token request (`doctor/Models.ts`). A server that is not running is one line, and nothing
+ * is printed before the table.
  */
 import * as FileSystem from "@effect/platform/FileSystem"
-import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Console, Duration, Effect, Either, Option, Schema, Stream } from "effect"
+import { Console, Duration, Effect, Either, Option, Schema } from "effect"
 import * as Http from "node:http"
 import * as Tls from "node:tls"
 import * as Config from "../Config.js"
 import type { ServerConfig } from "../Config.js"
-import { Llm } from "../Llm.js"
-import * as Router from "../llm/Router.js"
 import * as Ca from "./Ca.js"
 import * as CursorSettings from "./CursorSettings.js"
+import type { Check, Status } from "./doctor/Check.js"
+import * as Models from "./doctor/Models.js"
 import { describePath, proxyUrlFor, settingsPathOf } from "./Setup.js"
 import { openTcp } from "./proxy/Upstream.js"
 import * as Trust from "./Trust.js"
 
-export type Status = "ok" | "FAIL" | "warn" | "off"
 
-export interface Check {
-  readonly name: string
-  readonly status: Status
-  readonly detail: string
-  readonly fix: string
-}
+export type { Check, Status } from "./doctor/Check.js"
 
 export class DoctorFailed extends Schema.TaggedError<DoctorFailed>("cursor-byok/DoctorFailed")("DoctorFailed", {
   message: Schema.String
@@ -89,32 +84,6 @@ const h2Listener = (host: string, port: number, caPem: string | undefined) =>
     })
   )
 
-/** A one-token request to a model: time to first event and output tokens per second. */
-const probeModel = (model: string) =>
-  Effect.gen(function*() {
-    const llm = yield* Llm
-    const started = Date.now()
-    let firstAt: number | undefined
-    let output = 0
-    yield* llm.stream(
-      { systemPrompt: "Answer with one word.", messages: [{ role: "user", content: [{ type: "text", text: "Say OK." }] }], tools: [] },
-      { model, callId: `doctor-${model}-${started}`, maxOutputTokens: 1 }
-    ).pipe(
-      Stream.runForEach((event) =>
-        Effect.sync(() => {
-          if (firstAt === undefined && (event._tag === "TextDelta" || event._tag === "ThinkingDelta")) firstAt = Date.now()
-          if (event._tag === "Done") output = event.message.usage.output
-          if (event._tag === "Error") throw new Error(event.message)
-        })
-      ),
-      Effect.timeoutFail({ duration: Duration.seconds(30), onTimeout: () => new Error("no answer within 30 s") })
-    )
-    const ended = Date.now()
-    const ttft = (firstAt ?? ended) - started
-    const rate = output > 0 && ended > (firstAt ?? started) ? ` ${(output / ((ended - (firstAt ?? started)) / 1000)).toFixed(1)} tokens/s` : ""
-    return `first token ${ttft} ms,${rate || " 1 token"}`
-  })
-
 const show = (value: unknown) => value === undefined ? "absent" : JSON.stringify(value)
 
 /** Which agent path Cursor's settings select, and whether this configuration serves it there. */
@@ -153,18 +122,67 @@ export interface CheckOptions {
   /** How the OS's trust in the CA is looked at (`Trust.liveProbes` for real). */
   readonly probes: Trust.Probes
   readonly platform: NodeJS.Platform
+  /** Each provider's key variable (`apiKeyEnv`), by provider id, from the configuration file: one not set fails. */
+  readonly keyVariables?: Readonly<Record<string, string>>
 }
 
-/** Every check, in the order a user fixes them. */
+/** Nothing listens on the server's port: connection refused (a `localhost` pair of attempts fails as an AggregateError). */
+const refused = (error: Error) => /ECONNREFUSED/.test(error.message) || (error as { code?: unknown }).code === "ECONNREFUSED"
+
+/** The configuration line: no models is a failure (every turn would fail). */
+const configurationCheck = (config: ServerConfig) =>
+  config.models.length === 0
+    ? check("configuration", "FAIL", `0 models (home ${config.home}): every turn fails with "no provider configured"`, "add providers and models to the configuration file, or set OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY or DEEPSEEK_API_KEY for the default ones")
+    : check("configuration", "ok", `${config.models.length} models, home ${config.home}`)
+
+/** The proxy, by a real CONNECT and TLS trusting only our CA. */
+const proxyCheck = (config: ServerConfig, ca: Option.Option<Ca.Authority>) =>
+  Effect.gen(function*() {
+    if (config.proxy.port === undefined) return check("proxy listening", "off", "proxy.port is off", "set proxy.port (default 8788) for the IDE")
+    if (Option.isNone(ca)) return check("proxy listening", "FAIL", "cannot check without the CA", "fix the CA first")
+    const proxied = yield* throughProxy(config.host, config.proxy.port, ca.value.certPem).pipe(Effect.either)
+    return proxied._tag === "Right" && proxied.right === 200
+      ? check("proxy listening", "ok", `http://${config.host}:${config.proxy.port} intercepts api2.cursor.sh with our CA${config.proxy.offline ? " (offline)" : ""}`)
+      : check("proxy listening", "FAIL", proxied._tag === "Left" ? proxied.left.message : `ServerTime through the proxy: HTTP ${proxied.right}`, "start the server (`cursor-byok serve`); if it runs, the proxy port may be taken by another program")
+  })
+
+/** The TLS listener negotiates h2. */
+const h2Check = (config: ServerConfig, ca: Option.Option<Ca.Authority>) =>
+  Effect.gen(function*() {
+    const tls = config.http2.tls
+    if (tls === undefined) return check("HTTP/2 listener (Run)", "off", "http2.tls is null", "optional: turn http2.tls on for Cursor's HTTP/2 mode (`cursor-byok setup --http2`)")
+    const h2 = yield* h2Listener(config.host, tls.port, tls.certFile === undefined ? Option.getOrUndefined(Option.map(ca, (a) => a.certPem)) : undefined).pipe(Effect.either)
+    return h2._tag === "Right" && h2.right === "h2"
+      ? check("HTTP/2 listener (Run)", "ok", `https://${config.host}:${tls.port} (ALPN h2)`)
+      : check("HTTP/2 listener (Run)", "FAIL", `https://${config.host}:${tls.port}: ${h2._tag === "Left" ? h2.left.message : `ALPN ${h2.right}`}`, "start the server; or set http2.tls to null (then `cursor-byok setup` again)")
+  })
+
+const readSettings = (settingsPath: string) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    return (yield* fs.exists(settingsPath).pipe(Effect.orElseSucceed(() => false)))
+      ? yield* fs.readFileString(settingsPath).pipe(Effect.option, Effect.map(Option.getOrUndefined))
+      : undefined
+  })
+
+/**
+ * Every check, in the order a user fixes them. A server that is not running is one line (with
+ * how to start it): the proxy and the HTTP/2 listener it serves are not checked then.
+ */
 export const checks = (options: CheckOptions) =>
   Effect.gen(function*() {
     const config = options.config
-    const results: Array<Check> = [check("configuration", "ok", `${config.models.length} models, home ${config.home}`)]
+    const results: Array<Check> = [configurationCheck(config)]
 
     const server = yield* healthz(config.host, config.port).pipe(Effect.either)
-    results.push(server._tag === "Right" && server.right === 200
-      ? check("server reachable", "ok", `http://${config.host}:${config.port}/healthz`)
-      : check("server reachable", "FAIL", `http://${config.host}:${config.port}: ${server._tag === "Left" ? server.left.message : `HTTP ${server.right}`}`, "start it: `cursor-byok serve` (or `npm start`)"))
+    const down = server._tag === "Left" && refused(server.left)
+    results.push(
+      server._tag === "Right" && server.right === 200
+        ? check("server reachable", "ok", `http://${config.host}:${config.port}/healthz`)
+        : down
+        ? check("server reachable", "FAIL", `the server is not running (nothing listens on http://${config.host}:${config.port}); its proxy and listeners are checked once it runs`, "start it: `cursor-byok serve` (or `npm start`), then run `cursor-byok doctor` again")
+        : check("server reachable", "FAIL", `http://${config.host}:${config.port}: ${server._tag === "Left" ? server.left.message : `HTTP ${server.right}`}`, "another program may hold the port: stop it, or set port; else start the server: `cursor-byok serve`")
+    )
 
     const authority = yield* Ca.load(config.home).pipe(Effect.either)
     results.push(authority._tag === "Right"
@@ -172,16 +190,7 @@ export const checks = (options: CheckOptions) =>
       : check("CA valid and name-constrained", "FAIL", authority.left.message, authority.left.reason === "missing" ? "`cursor-byok setup`" : "`cursor-byok ca renew`, then `cursor-byok setup --trust`"))
     const ca = Option.getRight(authority)
 
-    if (config.proxy.port === undefined) {
-      results.push(check("proxy listening", "off", "proxy.port is off", "set proxy.port (default 8788) for the IDE"))
-    } else if (Option.isNone(ca)) {
-      results.push(check("proxy listening", "FAIL", "cannot check without the CA", "fix the CA first"))
-    } else {
-      const proxied = yield* throughProxy(config.host, config.proxy.port, ca.value.certPem).pipe(Effect.either)
-      results.push(proxied._tag === "Right" && proxied.right === 200
-        ? check("proxy listening", "ok", `http://${config.host}:${config.proxy.port} intercepts api2.cursor.sh with our CA${config.proxy.offline ? " (offline)" : ""}`)
-        : check("proxy listening", "FAIL", proxied._tag === "Left" ? proxied.left.message : `ServerTime through the proxy: HTTP ${proxied.right}`, "start the server (`cursor-byok serve`); if it runs, the proxy port may be taken by another program"))
-    }
+    if (!down || config.proxy.port === undefined) results.push(yield* proxyCheck(config, ca))
 
     if (Option.isSome(ca)) {
       const trusted = yield* Trust.isTrusted(options.platform, { path: ca.value.certPath, pem: ca.value.certPem }, options.probes)
@@ -190,37 +199,29 @@ export const checks = (options: CheckOptions) =>
           ? check("CA trusted by this OS", "ok", options.platform)
           : trusted === "untrusted"
           ? check("CA trusted by this OS", "FAIL", `${options.platform}: the system store does not hold ${ca.value.commonName}`, "`cursor-byok setup --trust` (or the commands `cursor-byok setup` prints)")
-          : check("CA trusted by this OS", "warn", "cannot tell on this OS", "see `cursor-byok setup` for the trust commands")
+          : check("CA trusted by this OS", "WARN", "cannot tell on this OS", "see `cursor-byok setup` for the trust commands")
       )
     }
 
-    const settingsPath = options.settingsPath
-    const fs = yield* FileSystem.FileSystem
-    const text = (yield* fs.exists(settingsPath).pipe(Effect.orElseSucceed(() => false)))
-      ? yield* fs.readFileString(settingsPath).pipe(Effect.option, Effect.map(Option.getOrUndefined))
-      : undefined
-    results.push(...settingsChecks(config, settingsPath, text))
+    results.push(...settingsChecks(config, options.settingsPath, yield* readSettings(options.settingsPath)))
+    if (!down || config.http2.tls === undefined) results.push(yield* h2Check(config, ca))
 
-    if (config.http2.tls === undefined) {
-      results.push(check("HTTP/2 listener (Run)", "off", "http2.tls is null", "optional: turn http2.tls on for Cursor's HTTP/2 mode (`cursor-byok setup --http2`)"))
-    } else {
-      const h2 = yield* h2Listener(config.host, config.http2.tls.port, config.http2.tls.certFile === undefined ? Option.getOrUndefined(Option.map(ca, (a) => a.certPem)) : undefined).pipe(Effect.either)
-      results.push(h2._tag === "Right" && h2.right === "h2"
-        ? check("HTTP/2 listener (Run)", "ok", `https://${config.host}:${config.http2.tls.port} (ALPN h2)`)
-        : check("HTTP/2 listener (Run)", "FAIL", `https://${config.host}:${config.http2.tls.port}: ${h2._tag === "Left" ? h2.left.message : `ALPN ${h2.right}`}`, "start the server; or set http2.tls to null (then `cursor-byok setup` again)"))
-    }
-
-    // One router (and HTTP client) for every model's probe.
-    yield* Effect.forEach(config.models, (model) =>
-      probeModel(model.id).pipe(
-        Effect.either,
-        Effect.map((answered) =>
-          results.push(answered._tag === "Right"
-            ? check(`model ${model.id}`, "ok", answered.right)
-            : check(`model ${model.id}`, "FAIL", answered.left.message, `check provider ${model.provider}'s key, base URL and model name`))
-        )
-      ), { discard: true }).pipe(Effect.provide(Router.layer(config.router)), Effect.provide(NodeHttpClient.dispatcherLayer))
+    const keyVariables = options.keyVariables ?? {}
+    results.push(...Models.keysCheck(config, keyVariables))
+    results.push(...yield* Models.modelChecks(config, keyVariables))
     return results
+  })
+
+/** Each provider's key variable as the configuration file names it (the default catalogue's when it names no providers). */
+export const keyVariablesOf = (source: Config.ConfigSource) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const text = yield* fs.readFileString(source.path).pipe(Effect.option)
+    const file = Option.isSome(text) ? yield* Config.decodeFile(source.path, text.value).pipe(Effect.option) : Option.none()
+    const providers = Option.isSome(file) && file.value.providers.length > 0 ? file.value.providers : Config.defaultCatalogue.map((entry) => entry.provider)
+    const variables: Record<string, string> = {}
+    for (const provider of providers) if (provider.apiKeyEnv !== undefined) variables[provider.id] = provider.apiKeyEnv
+    return variables
   })
 
 /** Lays the checks out as a table. */
@@ -233,16 +234,17 @@ export const format = (results: ReadonlyArray<Check>) => {
 
 export const run = (options: { readonly settingsPath: string | undefined }) =>
   Effect.gen(function*() {
-    const loaded = yield* Config.load.pipe(Effect.either)
+    const loaded = yield* Effect.flatMap(Config.locate, (source) => Effect.map(Config.loadFrom(source), (config) => ({ source, config }))).pipe(Effect.either)
     if (loaded._tag === "Left") {
       yield* Console.log(format([check("configuration", "FAIL", loaded.left.message, "fix the configuration file or variables named above")]))
       return yield* new DoctorFailed({ message: "the configuration does not load" })
     }
     const results = yield* checks({
-      config: loaded.right,
+      config: loaded.right.config,
       settingsPath: settingsPathOf(options.settingsPath),
       probes: yield* Trust.liveProbes,
-      platform: process.platform
+      platform: process.platform,
+      keyVariables: yield* keyVariablesOf(loaded.right.source)
     })
     yield* Console.log(format(results))
     const failed = results.filter((result) => result.status === "FAIL").length

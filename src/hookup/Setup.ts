@@ -2,16 +2,22 @@
  * `setup` and `unsetup`: the reversible changes that point Cursor at this server. Setup makes the
  * CA (once), writes Cursor's proxy settings and its HTTP/2 switch (off by default: the agent on
  * RunSSE + BidiAppend through the proxy; `--http2` for `Run` on the TLS listener) with a journal
- * of the previous values, and prints (or, with `--trust`, runs) what makes the OS trust the CA;
- * unsetup restores the settings and prints what removes the CA's trust.
+ * of the previous values, and prints (or, with `--trust`, runs) what makes the OS trust the CA.
+ * A proxy of the user's own in Cursor's `http.proxy` becomes the server's upstream
+ * (`hookup/UserProxy.ts`). A settings file that is not there is refused unless `--create`.
+ * unsetup restores the settings (and the configuration's upstream) and prints what removes the
+ * CA's trust; with nothing to undo it says so.
  */
-import { Console, Effect, Schema } from "effect"
+import * as FileSystem from "@effect/platform/FileSystem"
+import { Console, Effect, Either, Schema } from "effect"
 import * as Os from "node:os"
+import * as NodePath from "node:path"
 import * as Config from "../Config.js"
 import type { ServerConfig } from "../Config.js"
 import * as Ca from "./Ca.js"
 import * as CursorSettings from "./CursorSettings.js"
 import * as Trust from "./Trust.js"
+import * as UserProxy from "./UserProxy.js"
 
 export class SetupError extends Schema.TaggedError<SetupError>("cursor-byok/SetupError")("SetupError", {
   message: Schema.String
@@ -47,7 +53,8 @@ const pathOf = (config: ServerConfig, flags: { readonly http1?: boolean | undefi
     : Effect.succeed<CursorSettings.AgentPath>("http2")
 }
 
-const show = (value: unknown) => value === undefined ? "(absent)" : JSON.stringify(value)
+/** A settings value as printed; a proxy URL's password is not. */
+const show = (value: unknown) => value === undefined ? "(absent)" : JSON.stringify(typeof value === "string" ? UserProxy.shown(value) : value)
 
 const printSummary = (summary: CursorSettings.Summary) =>
   Effect.gen(function*() {
@@ -75,19 +82,80 @@ export interface SetupOptions {
   readonly http2?: boolean | undefined
   /** The default, accepted for the scripts that pass it. */
   readonly http1?: boolean | undefined
+  /** Make a settings file (and its folder) that does not exist yet. */
+  readonly create?: boolean | undefined
 }
+
+/**
+ * A settings file that is not there: `--settings PATH` must name an existing file, the default
+ * path an existing folder (Cursor writes the file itself only once a setting changes), unless
+ * `--create`.
+ */
+const checkSettingsPath = (override: string | undefined, settingsPath: string, create: boolean) =>
+  Effect.gen(function*() {
+    if (create) return
+    const fs = yield* FileSystem.FileSystem
+    const exists = (path: string) => fs.exists(path).pipe(Effect.orElseSucceed(() => false))
+    if (yield* exists(settingsPath)) return
+    const folder = NodePath.dirname(settingsPath)
+    if (override !== undefined) {
+      return yield* new SetupError({
+        message: `${settingsPath} does not exist${(yield* exists(folder)) ? "" : ` (nor its folder ${folder})`}: check the path given to --settings, or add --create to make it`
+      })
+    }
+    if (!(yield* exists(folder))) {
+      return yield* new SetupError({ message: `${folder} does not exist: is Cursor installed and started once? Name the settings file with --settings PATH, or add --create to make it` })
+    }
+  })
+
+/** Cursor's `http.proxy` before this setup (undefined when the file or the key is absent, or the file does not parse: setup reports that). */
+const existingProxyOf = (settingsPath: string) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const text = yield* CursorSettings.readIfExists(fs, settingsPath).pipe(Effect.orElseSucceed(() => undefined))
+    const values = CursorSettings.parseSettings(settingsPath, text ?? "")
+    return Either.isRight(values) ? values.right["http.proxy"] : undefined
+  })
+
+/** One line on what became of the user's own proxy. */
+const printAdopted = (adopted: UserProxy.Adopted, env: Readonly<Record<string, string | undefined>>) =>
+  Effect.gen(function*() {
+    switch (adopted._tag) {
+      case "None":
+        return
+      case "Adopted":
+        yield* Console.log(`Your proxy ${UserProxy.shown(adopted.url)} is now the server's upstream (proxy.upstream in ${NodePath.resolve(adopted.configPath)}${adopted.created ? ", created" : ""}; a running server takes it at its restart; \`unsetup\` takes it out)`)
+        break
+      case "Already":
+        yield* Console.log(`Your proxy ${UserProxy.shown(adopted.url)} is the server's upstream already (proxy.upstream in ${NodePath.resolve(adopted.configPath)})`)
+        break
+      case "Kept":
+        return yield* Console.log(`Your Cursor proxy was ${UserProxy.shown(adopted.url)}; the server keeps the upstream ${UserProxy.shown(adopted.current)} that ${NodePath.resolve(adopted.configPath)} names (proxy.upstream, left as it is)`)
+      case "Unusable":
+        return yield* Console.log(`Your Cursor proxy ${UserProxy.shown(adopted.url)} cannot be the server's upstream (${adopted.why}): set proxy.upstream to an http:// proxy yourself, or Cursor's traffic will go out directly`)
+    }
+    const override = env["BYOK_UPSTREAM_PROXY"]
+    if (override !== undefined && override !== "" && override !== adopted.url) {
+      yield* Console.log(`  (BYOK_UPSTREAM_PROXY=${UserProxy.shown(override)} is set here and wins over it while it is)`)
+    }
+  })
 
 export const setup = (options: SetupOptions) =>
   Effect.gen(function*() {
-    const config = yield* Config.load
+    const source = yield* Config.locate
+    const config = yield* Config.loadFrom(source)
     if (config.proxy.port === undefined) {
       return yield* new SetupError({ message: "the proxy is off (proxy.port is null or BYOK_PROXY_PORT=off): setup points Cursor at the proxy, so turn it on first" })
     }
     const path = yield* pathOf(config, options)
-    const authority = yield* Ca.ensure(config.home)
     const settingsPath = settingsPathOf(options.settingsPath)
+    yield* checkSettingsPath(options.settingsPath, settingsPath, options.create === true)
+    const authority = yield* Ca.ensure(config.home)
+    // The user's route first: Cursor's proxy is replaced by ours only once the server goes out through it.
+    const adopted = yield* UserProxy.adopt({ settingsPath, configPath: source.path, existing: yield* existingProxyOf(settingsPath), proxyPort: config.proxy.port })
     const summary = yield* CursorSettings.setup(settingsPath, CursorSettings.defaultJournalPath(settingsPath), desiredFor(config, path))
     yield* printSummary(summary)
+    yield* printAdopted(adopted, source.env)
     yield* Console.log(`Cursor's agent: ${describePath(config, path)}${path === "http1" ? " (`setup --http2` for HTTP/2)" : " (`setup` without --http2 for HTTP/1.1)"}`)
     yield* Console.log(`CA: ${authority.certPath} (${authority.commonName}; it may sign only ${[...Ca.permitted.dns, ...Ca.permitted.ip].join(", ")})`)
     const commands = Trust.trustCommands(process.platform, authority.certPath, yield* trustOptions(authority))
@@ -113,12 +181,31 @@ export const setup = (options: SetupOptions) =>
     yield* Console.log("Then start the server (`cursor-byok serve`, or `npm start`), restart Cursor, and check with `cursor-byok doctor`. `cursor-byok unsetup` undoes the settings.")
   })
 
+const printReleased = (released: UserProxy.Released) => {
+  switch (released._tag) {
+    case "Nothing":
+      return Effect.void
+    case "Removed":
+      return Console.log(`The server's upstream ${UserProxy.shown(released.value)} (set by setup) is out of ${NodePath.resolve(released.configPath)} (${released.file}); Cursor goes through it directly again`)
+    case "LeftAlone":
+      return Console.log(`proxy.upstream in ${NodePath.resolve(released.configPath)} changed since setup set it to ${UserProxy.shown(released.value)}: left as ${released.current}`)
+  }
+}
+
 export const unsetup = (options: { readonly settingsPath: string | undefined }) =>
   Effect.gen(function*() {
     const config = yield* Config.load
     const settingsPath = settingsPathOf(options.settingsPath)
-    const summary = yield* CursorSettings.unsetup(settingsPath, CursorSettings.defaultJournalPath(settingsPath))
-    yield* printSummary(summary)
+    const summary = yield* CursorSettings.unsetup(settingsPath, CursorSettings.defaultJournalPath(settingsPath)).pipe(
+      Effect.map((summary) => summary as CursorSettings.Summary | undefined),
+      Effect.catchIf((error) => error._tag === "JournalError" && error.reason === "Missing", () => Effect.succeed(undefined))
+    )
+    if (summary !== undefined) yield* printSummary(summary)
+    const released = yield* UserProxy.release(settingsPath)
+    yield* printReleased(released)
+    if (summary === undefined && released._tag === "Nothing") {
+      return yield* Console.log(`Nothing to undo: setup has not been run for ${settingsPath} (or unsetup already ran)`)
+    }
     const authority = yield* Ca.load(config.home).pipe(Effect.option)
     if (authority._tag === "Some") {
       yield* printCommands(

@@ -9,7 +9,7 @@
  * `overloaded_error` after `message_start`, a connection dropped after the first bytes) is
  * retried invisibly, while anything the client has seen is never silently replayed.
  */
-import { Duration, Effect, Either, ExecutionStrategy, Exit, Mailbox, Metric, Random, Scope, Stream } from "effect"
+import { Clock, Duration, Effect, Either, ExecutionStrategy, Exit, Mailbox, Metric, Random, Scope, Stream } from "effect"
 import type { LlmError, ResponseEvent } from "../Llm.js"
 import * as Metrics from "../Metrics.js"
 import { classifyHttpError, llmError, type Machine } from "./Common.js"
@@ -326,6 +326,15 @@ export const retryDelay = (error: LlmError, retry: number, settings: RetrySettin
     return Math.max(0, Math.round(base * (1 + spread)))
   })
 
+/** An attempt that failed before answering (`streamWithRetry`'s `onFailed`). */
+export interface AttemptFailure {
+  /** 1 for the first attempt, 2 for the first retry... */
+  readonly attempt: number
+  readonly error: LlmError
+  readonly startedAtMs: number
+  readonly failedAtMs: number
+}
+
 /**
  * The full call: attempts until one yields an event beyond `Start`, then streams the rest of that
  * attempt. Failures before that point are retried when retryable; failures after it end the stream.
@@ -334,19 +343,23 @@ export const retryDelay = (error: LlmError, retry: number, settings: RetrySettin
  * emits nothing: it ends when the answer ends, or fails with what ended it.
  * Each retry is one log line (info) with the provider, the attempt that failed, its error and the
  * delay, annotated with `annotations` (the router's: conversation, call id, model).
+ * `onFailed` hears of each attempt that failed before answering (not of an abort), before the
+ * retry's delay: the router records them with the call.
  */
 export const streamWithRetry = (
   dispatcher: Undici.Dispatcher,
   request: ProviderRequest,
   settings: RetrySettings,
   annotations: Readonly<Record<string, unknown>> = {},
-  onEvents?: (events: ReadonlyArray<ResponseEvent>) => void
+  onEvents?: (events: ReadonlyArray<ResponseEvent>) => void,
+  onFailed?: (failure: AttemptFailure) => Effect.Effect<void>
 ): Stream.Stream<ResponseEvent, LlmError> =>
   Stream.unwrapScoped(
     Effect.gen(function*() {
       const outer = yield* Effect.scope
       let retry = 0
       while (true) {
+        const startedAtMs = yield* Clock.currentTimeMillis
         const scope = yield* Scope.fork(outer, ExecutionStrategy.sequential)
         const held: Array<ResponseEvent> = []
         const attempts = retry + 1
@@ -393,6 +406,11 @@ export const streamWithRetry = (
         if (Either.isRight(primed)) return primed.right
         const error = primed.left
         yield* Scope.close(scope, Exit.void)
+        // Every attempt that failed before answering passes here (retried, or ending this target's
+        // try): the one place they are reported. An abort is the caller's, not the provider's.
+        if (onFailed !== undefined && error.reason !== "aborted") {
+          yield* onFailed({ attempt: retry + 1, error, startedAtMs, failedAtMs: yield* Clock.currentTimeMillis })
+        }
         if (!error.retryable || retry >= settings.maxRetries) return yield* error
         const delay = yield* retryDelay(error, retry, settings)
         yield* Effect.logInfo(

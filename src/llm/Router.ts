@@ -12,7 +12,7 @@ import type { Adapter, CallSettings } from "./Adapter.js"
 import * as Anthropic from "./Anthropic.js"
 import { llmError } from "./Common.js"
 import * as Gemini from "./Gemini.js"
-import { defaultRetrySettings, type RetrySettings, streamWithRetry } from "./Http.js"
+import { type AttemptFailure, defaultRetrySettings, type RetrySettings, streamWithRetry } from "./Http.js"
 import * as OpenAiChat from "./OpenAiChat.js"
 import * as OpenAiResponses from "./OpenAiResponses.js"
 
@@ -263,7 +263,19 @@ export const makeLive = Effect.fn("Router.makeLive")(function*(current: () => Ro
           emitted = true
           options.onEvents!(mark === undefined ? events : events.map(mark))
         }
-        return streamWithRetry(client, target.adapter.prepare(sent, target.settings), retry, { ...annotations, upstreamModel: target.settings.model }, onEvents).pipe(
+        const report = options.onAttemptFailed
+        const onFailed = report === undefined ? undefined : (failure: AttemptFailure) =>
+          report({
+            provider: target.settings.provider,
+            upstreamModel: target.settings.model,
+            attempt: failure.attempt,
+            ...(failure.error.status === undefined ? {} : { status: failure.error.status }),
+            reason: failure.error.reason,
+            message: failure.error.message,
+            startedAtMs: failure.startedAtMs,
+            failedAtMs: failure.failedAtMs
+          })
+        return streamWithRetry(client, target.adapter.prepare(sent, target.settings), retry, { ...annotations, upstreamModel: target.settings.model }, onEvents, onFailed).pipe(
           Stream.mapChunks((chunk) => {
             emitted = true
             return mark === undefined ? chunk : Chunk.map(chunk, mark)

@@ -4,7 +4,7 @@
  * short) the actor gets an event that says so.
  */
 import { Chunk, Clock, Effect, FiberMap, FiberRef, Metric, Runtime, Stream } from "effect"
-import type { ResponseEvent } from "../Llm.js"
+import type { FailedAttempt, ResponseEvent } from "../Llm.js"
 import type { Command } from "../Loop.js"
 import * as Metrics from "../Metrics.js"
 import { Envelope, offer } from "./Actor.js"
@@ -52,6 +52,11 @@ export const startModelCall = (env: RunnerEnv, actor: Actor, call: Extract<Comma
       model: call.model,
       callId: call.callId,
       onEvents: reads.onRead,
+      // One row per attempt that failed before answering (rare; an answer writes none), for the console.
+      onAttemptFailed: (attempt: FailedAttempt) =>
+        store.recordAttempt(call.callId, attempt).pipe(
+          Effect.catchAll((error) => Effect.logWarning("runner: could not record a model call's failed attempt", error))
+        ),
       ...(call.maxOutputTokens === undefined ? {} : { maxOutputTokens: call.maxOutputTokens })
     }
     const consume = llm.stream(call.request, options).pipe(

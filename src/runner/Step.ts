@@ -5,7 +5,7 @@
  * hand a tool call to the client, or end the turn.
  */
 import { Clock, Effect, Fiber, FiberMap, Metric, Option } from "effect"
-import { coalesceDeltas } from "../Llm.js"
+import { coalesceDeltas, emptyUsage } from "../Llm.js"
 import type { ResponseEvent } from "../Llm.js"
 import { Command, Input, isBusy, SUPERSEDED_REASON } from "../Loop.js"
 import type { ConversationState } from "../Loop.js"
@@ -80,19 +80,47 @@ export const step = (env: RunnerEnv, actor: Actor, acc: ActorState, input: Input
         // The store failed: nothing of this input was committed. The turn cannot go on safely.
         yield* Effect.logError(`runner: ${input._tag} input could not be applied`, error)
         const state = acc.runtime.committed
+        const failed = Command.Failed({ error: storeFailureText(error), retryable: false })
         if (isBusy(state)) {
           yield* FiberMap.remove(llmStreams, actor.conversationId)
-          yield* gateway.finish(
-            turnRefOf(state),
-            Command.Failed({ error: `The server could not save the conversation: ${error.message}`, retryable: false }),
-            state,
-            turnUsageOf(state)
-          )
+          yield* gateway.finish(turnRefOf(state), failed, state, turnUsageOf(state))
         }
+        // A turn this input would have begun (its client waits on it) ends too, with the history as it was committed.
+        const begun = beganTurn(env, acc, input)
+        if (begun !== undefined && begun.turnId !== state.turnId) yield* gateway.finish(turnRefOf(begun), failed, state, emptyUsage)
         return acc
       })
     )
   )
+
+/** The turn `input` begins from `acc` (a new turn's state, never committed), if it begins one. */
+const beganTurn = (env: RunnerEnv, acc: ActorState, input: Input): ConversationState | undefined => {
+  if (input._tag !== "Start" && input._tag !== "Summarize" && input._tag !== "UserMessage") return undefined
+  const next = env.transition(acc.runtime, input).state.committed
+  return next.turnId !== acc.runtime.committed.turnId ? next : undefined
+}
+
+/** What the client reads when the store could not save a turn: the cause in words, and that nothing of it was kept. */
+const storeFailureText = (error: { readonly message: string; readonly cause?: unknown }): string => {
+  const code = codeOf(error.cause)
+  const what = code === "SQLITE_FULL" || code === "ENOSPC"
+    ? "the disk that holds the conversation history is full: free some space, then send the message again"
+    : code.startsWith("SQLITE_READONLY")
+    ? "the conversation history is read-only for the server: make its database file writable, then send the message again"
+    : code.startsWith("SQLITE_IOERR")
+    ? `the conversation history could not be written (an I/O error: ${error.message}); check the disk, then send the message again`
+    : `the server could not save the conversation: ${error.message}`
+  return `${what[0]!.toUpperCase()}${what.slice(1)}. Nothing of this turn was saved.`
+}
+
+/** The SQLite or OS error code under a store error's causes. */
+const codeOf = (cause: unknown): string => {
+  for (let at = cause, depth = 0; at !== null && typeof at === "object" && depth < 4; at = (at as { cause?: unknown }).cause, depth++) {
+    const code = (at as { code?: unknown }).code
+    if (typeof code === "string") return code
+  }
+  return ""
+}
 
 /**
  * Model stream events as they came off one network read. Events that only move the

@@ -54,7 +54,8 @@ export const open = (filename: string) =>
     const scope = yield* Effect.scope
     const db = yield* Effect.try({ try: () => new Database(filename), catch: (cause) => failed(cause, "Failed to open the database") })
     yield* Scope.addFinalizer(scope, Effect.sync(() => db.close()))
-    if (filename !== ":memory:") db.pragma("journal_mode = WAL")
+    // The first statement reads the file: a damaged one or one that is not a database fails here.
+    if (filename !== ":memory:") yield* Effect.try({ try: () => db.pragma("journal_mode = WAL"), catch: (cause) => failed(cause, "Failed to open the database") })
 
     const { connection, execute, executeNow } = statementsOf(db)
     const lock = yield* Effect.makeSemaphore(1)

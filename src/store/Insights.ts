@@ -23,7 +23,8 @@ const decodeStateSummary = Schema.decodeUnknownEither(Schema.Struct({
   settings: Schema.NullOr(Schema.Struct({ model: Schema.String }))
 }))
 
-interface CallRow {
+/** An `llm_calls` row as the operator's queries select it (`CALL_COLUMNS`). */
+export interface CallRow {
   readonly call_id: string
   readonly conversation_id: string
   readonly turn_id: string
@@ -52,7 +53,7 @@ const usageOf = (json: string | null): Usage | null => {
 
 const nullableNumber = (value: number | null): number | null => value === null ? null : Number(value)
 
-const toInsight = (row: CallRow, requestChars: number): CallInsight => ({
+export const toInsight = (row: CallRow, requestChars: number): CallInsight => ({
   callId: row.call_id,
   turnId: row.turn_id,
   model: row.model,
@@ -144,8 +145,8 @@ export const conversations = ({ sql }: StoreEnv) => Effect.fn("Store.conversatio
     if (ids.length === 0) return { rows, firsts: [], calls: [], names: [] }
     const firsts = yield* sql<{ conversation_id: string; seq: number; message_json: string }>`
       SELECT conversation_id, seq, message_json FROM messages WHERE seq < ${TITLE_ROWS} AND ${sql.in("conversation_id", ids)}`
-    const calls = yield* sql<{ conversation_id: string; usage_json: string | null; cost_usd: number | null; updated_at_ms: number }>`
-      SELECT conversation_id, usage_json, cost_usd, updated_at_ms FROM llm_calls WHERE ${sql.in("conversation_id", ids)}`
+    const calls = yield* sql<{ conversation_id: string; usage_json: string | null; cost_usd: number | null; created_at_ms: number; updated_at_ms: number }>`
+      SELECT conversation_id, usage_json, cost_usd, created_at_ms, updated_at_ms FROM llm_calls WHERE ${sql.in("conversation_id", ids)}`
     const names = yield* sql<{ conversation_id: string; name: string }>`
       SELECT conversation_id, name FROM conversation_names WHERE ${sql.in("conversation_id", ids)}`
     return { rows, firsts, calls, names }
@@ -169,6 +170,7 @@ export const conversations = ({ sql }: StoreEnv) => Effect.fn("Store.conversatio
       calls: own.length,
       usage: own.reduce((sum, call) => addUsage(sum, usageOf(call.usage_json) ?? emptyUsage), emptyUsage),
       costUsd: own.reduce((sum, call) => sum + (call.cost_usd ?? 0), 0),
+      startedAtMs: own.length === 0 ? null : Math.min(...own.map((call) => Number(call.created_at_ms))),
       lastActivityMs: Math.max(Number(row.updated_at_ms), ...own.map((call) => Number(call.updated_at_ms)))
     }
   })

@@ -7,7 +7,7 @@
 import { Schema } from "effect"
 import type { Effect, Option } from "effect"
 import { RequestMessages, Usage } from "../Llm.js"
-import type { Message } from "../Llm.js"
+import type { FailedAttempt, Message } from "../Llm.js"
 import type { ConversationState } from "../Loop.js"
 
 // =============================================================================
@@ -91,6 +91,8 @@ export interface ConversationInsight {
   readonly usage: Usage
   /** USD over the calls with a price. */
   readonly costUsd: number
+  /** When its first model call was made; null before any. */
+  readonly startedAtMs: number | null
   /** The last commit or model-call change. */
   readonly lastActivityMs: number
 }
@@ -147,6 +149,50 @@ export interface CallTiming {
   readonly firstDeltaMs: number
   /** Attempts the answering target took (1 without a retry). */
   readonly attempts: number
+}
+
+/** An attempt of a model call that failed before answering, as stored (`recordAttempt`). */
+export interface AttemptRecord {
+  readonly callId: string
+  /** Its place among the call's failed attempts, across targets (0 first). */
+  readonly seq: number
+  readonly provider: string
+  readonly upstreamModel: string
+  /** 1 for the target's first attempt, 2 for its first retry... */
+  readonly attempt: number
+  /** The provider's HTTP status; null for a network error or a timeout. */
+  readonly status: number | null
+  readonly reason: string
+  readonly error: string
+  readonly startedAtMs: number
+  readonly failedAtMs: number
+}
+
+/** A failed attempt of any conversation's call, with the call's model (the console's per-model and per-provider figures). */
+export interface RecentAttempt extends AttemptRecord {
+  readonly conversationId: string
+  readonly model: string
+}
+
+/** What the call log shows: a call's outcome, as a filter. `retried`: some attempt failed (a retry or a fallback answered, or none did). */
+export type CallOutcome = "answered" | "failed" | "canceled" | "running" | "retried"
+
+export interface CallLogQuery {
+  readonly conversationId?: string
+  readonly model?: string
+  /** Calls answered by it or with an attempt on it. */
+  readonly provider?: string
+  readonly outcome?: CallOutcome
+  readonly sinceMs?: number
+  readonly untilMs?: number
+  readonly limit: number
+  readonly offset: number
+}
+
+/** A page of the call log, newest first, and how many calls match in all. */
+export interface CallLogPage {
+  readonly calls: ReadonlyArray<RecentCall & { readonly failedAttempts: number }>
+  readonly total: number
 }
 
 /** What a conversation's committed model calls cost, in USD, per turn and in all (calls without a price count 0). */
@@ -427,6 +473,18 @@ export interface StoreService {
   readonly nameConversation: (conversationId: string, name: string, onlyIfEmpty: boolean) => Effect.Effect<boolean, StoreError>
   /** The name a conversation was given, if any. */
   readonly conversationName: (conversationId: string) => Effect.Effect<Option.Option<string>, StoreError>
+  /** Records an attempt of the call that failed before answering (not a commit point). */
+  readonly recordAttempt: (callId: string, attempt: FailedAttempt) => Effect.Effect<void, StoreError>
+  /** The failed attempts of one call, or of every call of a conversation, in the order they were made. */
+  readonly attemptsOf: (scope: { readonly callId: string } | { readonly conversationId: string }) => Effect.Effect<ReadonlyArray<AttemptRecord>, StoreError>
+  /** The failed attempts of every conversation's calls since `sinceMs`, oldest first, the newest `limit` of them. */
+  readonly attemptsSince: (sinceMs: number, limit: number) => Effect.Effect<ReadonlyArray<RecentAttempt>, StoreError>
+  /** The model calls of every conversation that match, newest first, a page of them. */
+  readonly callLog: (query: CallLogQuery) => Effect.Effect<CallLogPage, StoreError>
+  /** The call, as the operator reads it (`requestChars` included), with its conversation. */
+  readonly callInsight: (callId: string) => Effect.Effect<Option.Option<RecentCall>, StoreError>
+  /** The answer a committed call added to the journal (the message its `assistant_hash` names, after its request); none otherwise. */
+  readonly answerOf: (callId: string) => Effect.Effect<Option.Option<Message>, StoreError>
   /** Appends one stream event to the optional diagnostics log (never read back into history). */
   readonly appendDiagnostic: (callId: string, eventIndex: number, event: unknown) => Effect.Effect<void, StoreError>
 }

@@ -24,6 +24,7 @@
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Either, Option, Predicate } from "effect"
+import { answerOf, attemptsOf, attemptsSince, callInsight, callLog, recordAttempt } from "./Attempts.js"
 import { Direct } from "./Connection.js"
 import { commitInput, findHistory, findInputCommit, findSubagentRun, findTurnStarts, load, segments } from "./Conversations.js"
 import { makePartHashes, storeError } from "./Env.js"
@@ -84,6 +85,12 @@ export const make: Effect.Effect<StoreService, never, SqlClient.SqlClient> = Eff
     callsSince: callsSince(env),
     findHistory: findHistory(env),
     findSubagentRun: findSubagentRun(env),
+    recordAttempt: recordAttempt(env),
+    attemptsOf: attemptsOf(env),
+    attemptsSince: attemptsSince(env),
+    callLog: callLog(env),
+    callInsight: callInsight(env),
+    answerOf: answerOf(env),
     appendDiagnostic: appendDiagnostic(env),
     nameConversation: nameConversation(env),
     conversationName: conversationName(env)

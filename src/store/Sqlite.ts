@@ -29,6 +29,34 @@ export interface SqliteOptions {
 const fail = (operation: string) => (cause: { readonly message: string }) =>
   new StoreError({ operation, message: cause.message, cause })
 
+/** What SQLite (or the OS) said of a failure, and its code, under `@effect/sql`'s wrapping. */
+const reasonOf = (cause: unknown): { readonly text: string; readonly code: string } => {
+  const inner = typeof cause === "object" && cause !== null && "cause" in cause ? (cause as { cause: unknown }).cause : cause
+  const error = inner instanceof Error ? inner as Error & { code?: unknown } : undefined
+  return { text: error?.message ?? String(inner), code: typeof error?.code === "string" ? error.code : "" }
+}
+
+/** The fix for a database that could not be opened, by SQLite's or the OS's code. */
+const fixOf = (code: string, filename: string): string => {
+  if (code === "SQLITE_NOTADB" || code.startsWith("SQLITE_CORRUPT")) {
+    return `it is not a SQLite database, or it is damaged: move it aside (keep it: \`sqlite3 ${filename} .recover\` may save its history) and start again, or set \`database\` (BYOK_DB) to another file`
+  }
+  if (code.startsWith("SQLITE_READONLY") || code === "EACCES" || code === "EPERM") return "make the file and its folder writable by this user, or set `database` (BYOK_DB) to another file"
+  if (code === "SQLITE_FULL" || code === "ENOSPC") return "free some disk space"
+  if (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED")) return "another process holds it: stop the other cursor-byok, or set `database` (BYOK_DB) to another file"
+  return "check that the path names a file (not a folder) in a folder this user can write, or set `database` (BYOK_DB) to another file"
+}
+
+/** A database that could not be opened or migrated: one line with the path, SQLite's reason and the fix. */
+const openFailed = (operation: string, filename: string) => (cause: { readonly message: string }) => {
+  const reason = reasonOf(cause)
+  return new StoreError({
+    operation,
+    message: `the database ${filename} could not be ${operation === "migrate" ? "brought up to date" : "opened"}: ${reason.text}${reason.code === "" ? "" : ` (${reason.code})`}; ${fixOf(reason.code, filename)}`,
+    cause
+  })
+}
+
 /** A migrated SQLite database as `SqliteClient`, the generic `SqlClient` and the Store's `Direct` way, on one connection. */
 export const layerClient = (
   options: SqliteOptions
@@ -36,7 +64,7 @@ export const layerClient = (
   Layer.scopedContext(
     Effect.gen(function*() {
       yield* FileModes.prepare(options.filename).pipe(Effect.mapError(fail("open")))
-      const context = yield* Connection.context(options.filename).pipe(Effect.mapError(fail("open")))
+      const context = yield* Connection.context(options.filename).pipe(Effect.mapError(openFailed("open", options.filename)))
       const client = Context.get(context, SqlClient.SqlClient)
       // WAL is set by the client for files; NORMAL is durable in WAL mode except for the last commits on power loss.
       yield* client.unsafe("PRAGMA synchronous = NORMAL")
@@ -44,8 +72,8 @@ export const layerClient = (
       yield* client.unsafe("PRAGMA foreign_keys = ON")
       yield* SqliteMigrator.run({ loader: SqliteMigrator.fromRecord(migrations) }).pipe(
         Effect.provide(context),
-        Effect.mapError(fail("migrate"))
+        Effect.mapError(openFailed("migrate", options.filename))
       )
       return context
-    }).pipe(Effect.catchTag("SqlError", (error) => Effect.fail(fail("open")(error))))
+    }).pipe(Effect.catchTag("SqlError", (error) => Effect.fail(openFailed("open", options.filename)(error))))
   ).pipe(Layer.provide(Layer.merge(Reactivity.layer, NodeContext.layer)))

@@ -187,6 +187,33 @@ const conversationNames = Effect.gen(function*() {
     )`
 })
 
+/**
+ * The attempts of model calls that failed before answering (a retry or a fallback followed, or
+ * the call failed with it): one row each, written by the HTTP layer's retry loop through the
+ * runner (`StreamOptions.onAttemptFailed`). An attempt that answers writes nothing (the call's
+ * `target` and `attempts` say who answered), so the success path costs no extra row. `seq`
+ * orders a call's attempts across its targets; `http_status` is null for a network error or a
+ * timeout. The index serves the console's per-model and per-provider figures over the last days.
+ */
+const callAttempts = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE llm_call_attempts (
+      call_id TEXT NOT NULL REFERENCES llm_calls (call_id),
+      seq INTEGER NOT NULL,
+      provider TEXT NOT NULL,
+      upstream_model TEXT NOT NULL,
+      attempt INTEGER NOT NULL,
+      http_status INTEGER,
+      reason TEXT NOT NULL,
+      error TEXT NOT NULL,
+      started_at_ms INTEGER NOT NULL,
+      failed_at_ms INTEGER NOT NULL,
+      PRIMARY KEY (call_id, seq)
+    )`
+  yield* sql`CREATE INDEX llm_call_attempts_failed ON llm_call_attempts (failed_at_ms)`
+})
+
 /** Keyed `<id>_<name>` as the migrator expects; applied in id order, each once. */
 export const migrations = {
   "0001_init": init,
@@ -194,5 +221,6 @@ export const migrations = {
   "0003_call_costs": callCosts,
   "0004_segments": segments,
   "0005_call_timings": callTimings,
-  "0006_conversation_names": conversationNames
+  "0006_conversation_names": conversationNames,
+  "0007_call_attempts": callAttempts
 }

@@ -12,6 +12,7 @@
 import * as HttpServer from "@effect/platform/HttpServer"
 import type * as HttpApp from "@effect/platform/HttpApp"
 import * as HttpServerError from "@effect/platform/HttpServerError"
+import { ConfigError } from "../Config.js"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { Cause, Context, Effect, FiberSet, Layer, Option } from "effect"
 import * as Http from "node:http"
@@ -22,7 +23,7 @@ import { Door } from "./Door.js"
 import type { DoorService } from "./Door.js"
 import * as Agent from "./front/Agent.js"
 import { protocolOf, writeError } from "./front/Protocol.js"
-import type { CallKind, ErrorOptions, NodeRequest, NodeResponse } from "./front/Protocol.js"
+import type { CallKind, ErrorOptions, NodeRequest, NodeResponse, Protocol } from "./front/Protocol.js"
 import * as Rpc from "./front/Rpc.js"
 import { RUN_NEEDS_HTTP2, RUN_PATH } from "./front/Run.js"
 import type { RpcRoute } from "./front/Rpc.js"
@@ -33,6 +34,13 @@ export type NodeHandler = (request: Http.IncomingMessage, response: Http.ServerR
 
 /** A request listener for HTTP/1.1 and HTTP/2's compatibility API alike. */
 export type FrontHandler = (request: NodeRequest, response: NodeResponse) => void
+
+/** Capture mode at the door (`capture/Tap.ts`): while `on`, a call's protocol is wrapped to record it. */
+export interface CaptureTap {
+  readonly on: boolean
+  readonly agent: (call: Agent.AgentCall, protocol: Protocol, request: NodeRequest, response: NodeResponse) => Protocol
+  readonly rpc: (path: string, protocol: Protocol, request: NodeRequest) => Protocol
+}
 
 const STARTING = new ConnectError("unavailable", "the server is starting or stopping; try again in a moment")
 const NO_APP = new ConnectError("unavailable", "this listener is not serving this request yet (or any more); try again in a moment")
@@ -66,6 +74,10 @@ const refuse = (request: NodeRequest, response: NodeResponse, error: ConnectErro
 export class FrontDoor {
   /** False until every listener is bound, and again once the server stops. */
   accepting = true
+  /** How long a stop waits for the requests in flight before it closes their connections. */
+  drainMs = 5_000
+  /** True once the server has accepted requests: a start that failed has nothing to drain. */
+  started = false
   /** The request policy (none: every request passes, for tests of the transport alone). */
   door: DoorService | undefined = undefined
   /** The agent calls' wire (none: their paths are the app's like any other). */
@@ -73,6 +85,8 @@ export class FrontDoor {
   /** The side RPCs by path, and their wire (none: their paths are the app's like any other). */
   rpcs: ReadonlyMap<string, RpcRoute> = new Map()
   rpc: Rpc.RpcWire | undefined = undefined
+  /** Capture mode (none: never captures). */
+  capture: CaptureTap | undefined = undefined
   /** The Effect app: every request that is not an agent call. */
   app: NodeHandler | undefined = undefined
   readonly server: Http.Server
@@ -93,12 +107,22 @@ export class FrontDoor {
     const url = request.url ?? ""
     const agent = this.agent
     const call = agent === undefined ? undefined : Agent.agentCallOf(request.method, url, "stream" in response)
-    if (agent !== undefined && call !== undefined) return this.rpcIn(Agent.KIND[call], request, response, (protocol) => agent(call, protocol, request, response))
+    if (agent !== undefined && call !== undefined) {
+      return this.rpcIn(Agent.KIND[call], request, response, (protocol) => {
+        const capture = this.capture
+        agent(call, capture !== undefined && capture.on ? capture.agent(call, protocol, request, response) : protocol, request, response)
+      })
+    }
     const rpc = this.rpc
     if (rpc !== undefined && request.method === "POST") {
       const path = pathOf(url)
       const route = this.rpcs.get(path)
-      if (route !== undefined) return this.rpcIn("unary", request, response, (protocol) => rpc(route, path, protocol, request, response))
+      if (route !== undefined) {
+        return this.rpcIn("unary", request, response, (protocol) => {
+          const capture = this.capture
+          rpc(route, path, capture !== undefined && capture.on ? capture.rpc(path, protocol, request) : protocol, request, response)
+        })
+      }
       // A procedure this server does not have, asked in an RPC protocol: said so in that protocol.
       if (PROCEDURE_PATH.test(path) && RPC_TYPE.test(request.headers["content-type"] ?? "")) {
         return this.rpcIn("unary", request, response, (protocol) => {
@@ -170,20 +194,48 @@ const answeringFailures = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<ne
       : Effect.as(Effect.logError("the request could not be handled", cause), errorResponse(new ConnectError("internal", "the request could not be handled")))
   })
 
+/** Why the main port could not be listened on, and what to do: one line. */
+const listenFailure = (options: Net.ListenOptions, cause: NodeJS.ErrnoException): ConfigError => {
+  const where = `${options.host ?? "0.0.0.0"}:${options.port ?? 0}`
+  return new ConfigError({
+    message: cause.code === "EADDRINUSE"
+      ? `the main port ${where} is in use (another program, or another cursor-byok): stop it, or choose another port (\`port\` or BYOK_PORT)`
+      : cause.code === "EACCES"
+      ? `the main port ${where} needs privileges this user does not have: choose a port above 1023 (\`port\` or BYOK_PORT)`
+      : cause.code === "EADDRNOTAVAIL"
+      ? `the address ${options.host} is not one of this machine's: set \`host\` (BYOK_HOST) to one of its addresses, 127.0.0.1 by default`
+      : `the main listener could not listen on ${where}: ${cause.message}`
+  })
+}
+
 const listen = (server: Http.Server, options: Net.ListenOptions) =>
-  Effect.async<void, HttpServerError.ServeError>((resume) => {
-    const onError = (cause: Error) => resume(Effect.fail(new HttpServerError.ServeError({ cause })))
-    server.on("error", onError)
+  Effect.async<void, ConfigError>((resume) => {
+    const onError = (cause: NodeJS.ErrnoException) => resume(Effect.fail(listenFailure(options, cause)))
+    server.once("error", onError)
     server.listen(options, () => {
       server.off("error", onError)
       resume(Effect.void)
     })
   })
 
-const close = (server: Http.Server) =>
+/**
+ * Closes the listener: no new connection, idle ones closed at once, and the requests in flight
+ * given `drainMs` to finish (a turn's commit, an append's answer; open streams were ended with a
+ * retryable error by the transport first), then every connection closed, whatever the clients
+ * do: a stop, or a start that failed, is never held up by a client.
+ */
+const close = (server: Http.Server, drainMs: number) =>
   Effect.async<void>((resume) => {
-    if (!server.listening) return resume(Effect.void)
-    server.close((error) => resume(error === undefined ? Effect.void : Effect.die(error)))
+    if (!server.listening) {
+      server.closeAllConnections()
+      return resume(Effect.void)
+    }
+    const deadline = setTimeout(() => server.closeAllConnections(), drainMs)
+    server.close(() => {
+      clearTimeout(deadline)
+      resume(Effect.void)
+    })
+    server.closeIdleConnections()
   })
 
 /**
@@ -193,7 +245,7 @@ const close = (server: Http.Server) =>
  */
 const makeServer = (front: FrontDoor, options: Net.ListenOptions) =>
   Effect.gen(function*() {
-    yield* Effect.acquireRelease(listen(front.server, options), () => close(front.server))
+    yield* Effect.acquireRelease(listen(front.server, options), () => close(front.server, front.started ? front.drainMs : 0))
     const address = front.server.address()!
     return HttpServer.make({
       address: typeof address === "string"

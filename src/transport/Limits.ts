@@ -23,7 +23,14 @@ export const defaultConnectionLimits: ConnectionLimits = {
 /** HTTP/2 header lists larger than this are refused (Node's default is 64 KiB of compressed state; this bounds the list). */
 export const HTTP2_MAX_HEADER_LIST_BYTES = 64 * 1024
 
-/** The HTTP/2 settings every listener advertises. */
+/**
+ * The HTTP/2 settings every listener advertises. One Cursor window keeps one session for all its
+ * streams (issue 39), and these hold 200 streams on it (`npm run bench -- latency ack`, "Run, one
+ * session"): 1000 concurrent streams leave room far past a window's few turns; the 1 MiB stream
+ * window bounds what a client sends on one stream before the server reads it (run requests,
+ * acknowledgements); the connection's is Node's 64 KiB, which Node credits back on arrival, so an
+ * unread stream never holds up the others. What the server sends is bounded by the client's windows.
+ */
 export const http2Settings = (limits: ConnectionLimits) => ({
   initialWindowSize: 1 << 20,
   maxConcurrentStreams: limits.http2MaxConcurrentStreams,

@@ -97,6 +97,8 @@ export const layerRoutes = (options: CatalogueSource): Layer.Layer<never, never,
         yield* router.add(procedure.method, procedure.path, (request) => Effect.suspend(() => procedure.handle(current(options))(request)))
       }
       yield* router.add("GET", "/healthz", HttpServerResponse.unsafeJson({ status: "ok" }))
+      // A browser pointed at the server's address finds the console.
+      yield* router.add("GET", "/", HttpServerResponse.redirect("/console", { status: 302 }))
       yield* router.add("*", "/*", (request) =>
         Effect.succeed(unaryError(
           /^\/[\w.]+\/\w+$/.test(new URL(request.url, "http://localhost").pathname)

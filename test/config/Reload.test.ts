@@ -112,4 +112,16 @@ describe("the live configuration", () => {
       assert.strictEqual((yield* Metric.value(applied)).count - before.applied, 1)
       assert.strictEqual((yield* Metric.value(refused)).count - before.refused, 2)
     }))
+
+  it.live("a refusal with several problems is one error entry per problem (a logfmt or JSON line each)", () =>
+    Effect.gen(function*() {
+      const messages: Array<string> = []
+      const capture = Logger.make(({ logLevel, message }) => {
+        if (logLevel.label === "ERROR") messages.push(Array.isArray(message) ? message.join(" ") : String(message))
+      })
+      const problems = "byok.config.json: port: expected a number between 0 and 65535, got -1\nbyok.config.json: defaultModel: names model \"z\", which is not configured: name one of models[].id (a, b)"
+      const live = yield* Live.make(configOf(base), { path: "byok.config.json", load: Effect.fail(new Config.ConfigError({ message: problems })) })
+      yield* live.reload.pipe(Effect.provide(Logger.replace(Logger.defaultLogger, capture)))
+      assert.deepStrictEqual(messages, problems.split("\n").map((line) => `configuration change refused, the running configuration stays: ${line}`))
+    }))
 })

@@ -64,12 +64,12 @@ describe("the model table on the real server", () => {
       return Effect.runSync(Effect.flip(Config.validate(config, {}))).message
     }
     const models = (AppHarness.fileConfigJson("http://127.0.0.1:1/v1")["models"] as Array<Record<string, unknown>>)
-    assert.include(problem({ aliases: { auto: "no-such-model" } }), "aliases.auto names model no-such-model")
-    assert.include(problem({ aliases: { "fake-model": "fake-claude" } }), "aliases.fake-model: fake-model is a configured model id")
+    assert.include(problem({ aliases: { auto: "no-such-model" } }), `aliases.auto: names model "no-such-model", which is not configured`)
+    assert.include(problem({ aliases: { "fake-model": "fake-claude" } }), `aliases["fake-model"]: fake-model is a configured model id`)
     assert.include(problem({ aliases: { a: "fake-model", b: "a" } }), "it is an alias")
     assert.include(
       problem({ models: [{ ...models[0], fallback: [{ provider: "nowhere", upstreamModel: "x" }] }] }),
-      "models[0] (fake-model).fallback[0] names provider nowhere"
+      `models[0].fallback[0].provider: names provider "nowhere", which is not configured`
     )
     assert.include(
       problem({ models: [{ ...models[0], fallback: [{ provider: "fake-anthropic", upstreamModel: "x" }, { provider: "fake-anthropic", upstreamModel: "x" }] }] }),

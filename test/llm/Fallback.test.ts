@@ -7,7 +7,7 @@
 import { NodeHttpClient } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Redacted, Stream } from "effect"
-import type { AssistantMessage, ResponseEvent } from "../../src/Llm.js"
+import type { AssistantMessage, FailedAttempt, ResponseEvent } from "../../src/Llm.js"
 import { Llm } from "../../src/Llm.js"
 import * as Router from "../../src/llm/Router.js"
 import * as Fake from "../support/FakeProvider.js"
@@ -126,6 +126,51 @@ describe.each([["on the stream", false], ["through the fast path callback", true
       const result = yield* run(configOn(fake.baseUrl), "m", fastPath)
       expect(result._tag === "Left" && result.left.message).toContain("bad key two")
       expect(modelsAsked(fake)).toEqual(["first-model", "second-model"])
+    }))
+})
+
+describe.each([["on the stream", false], ["through the fast path callback", true]] as const)("failed attempts reported, events %s", (_, fastPath) => {
+  /** The call with `onAttemptFailed`: what it reported, and how the call ended. */
+  const reported = (config: Router.RouterConfig) =>
+    Effect.gen(function*() {
+      const llm = yield* Llm
+      const attempts: Array<FailedAttempt> = []
+      const options = {
+        model: "m",
+        callId: "conv-1/t1/c1",
+        onAttemptFailed: (attempt: FailedAttempt) => Effect.sync(() => void attempts.push(attempt)),
+        ...(fastPath ? { onEvents: () => {} } : {})
+      }
+      const ended = yield* Effect.either(Stream.runDrain(llm.stream(request, options)))
+      return { attempts, ended }
+    }).pipe(Effect.provide(Router.layer(config).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))))
+
+  it.scopedLive("each attempt that failed before answering, with its target, status and error, in order; the answer reports none", () =>
+    Effect.gen(function*() {
+      const fake = yield* Fake.make
+      fake.enqueue(Fake.status(503, { error: { message: "overloaded" } }), Fake.status(401, { error: { message: "bad key" } }), Fake.sse(Fake.openAiChat.text("from the second")))
+      const { attempts, ended } = yield* reported(configOn(fake.baseUrl))
+      expect(ended._tag).toBe("Right")
+      expect(attempts.map((a) => [a.provider, a.upstreamModel, a.attempt, a.status, a.reason])).toEqual([
+        ["first", "first-model", 1, 503, "overloaded"],
+        ["first", "first-model", 2, 401, "auth"]
+      ])
+      expect(attempts[0]!.message).toContain("overloaded")
+      for (const a of attempts) expect(a.failedAtMs).toBeGreaterThanOrEqual(a.startedAtMs)
+    }))
+
+  it.scopedLive("a refused connection reports a network error without a status; every target failing reports each attempt", () =>
+    Effect.gen(function*() {
+      const fake = yield* Fake.make
+      fake.enqueue(Fake.status(400, { error: { message: "no" } }))
+      const config = configOn(fake.baseUrl)
+      const { attempts, ended } = yield* reported({ ...config, providers: [provider("first", "http://127.0.0.1:1/v1"), config.providers[1]!] })
+      expect(ended._tag).toBe("Left")
+      expect(attempts.map((a) => [a.provider, a.attempt, a.status, a.reason])).toEqual([
+        ["first", 1, undefined, "network"],
+        ["first", 2, undefined, "network"],
+        ["second", 1, 400, "badRequest"]
+      ])
     }))
 })
 

@@ -100,6 +100,7 @@ export const serveRun = (transport: TransportService, protocol: Protocol, reques
     const input = clientMessages(request, transport.options.bidiAppendMaxBytes).pipe(
       Stream.runForEach(({ flags, payload }) => {
         if ((flags & FLAG_END_STREAM) !== 0 || (flags & 0x80) !== 0) return Effect.void
+        protocol.inbound?.(payload)
         const decoded = Dialect.decodeClientMessage(payload, unknownSink)
         const message = decoded._tag === "Right" ? decoded.right : Dialect.ClientMessage.Unknown({ where: "undecodable Run message", fields: [] })
         const at = seqno++

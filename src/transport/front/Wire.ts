@@ -37,6 +37,8 @@ export interface Protocol {
   readonly fail: (response: NodeResponse, error: ConnectError) => void
   /** A call refused or failed before its answer or its stream began. */
   readonly error: (response: NodeResponse, kind: CallKind, error: ConnectError) => void
+  /** Told each message `Run` reads off its input stream (only a capturing protocol has it: `capture/Tap.ts`). */
+  readonly inbound?: (payload: Uint8Array) => void
 }
 
 /** Writes bytes of a response's body (Node's two response types take the same arguments). */
