@@ -25,7 +25,12 @@ export const needsCa = (config: ServerConfig) =>
 
 /** The CA for serving: made on first use; a broken or foreign one stops the start with the fix. */
 export const authorityFor = (config: ServerConfig) =>
-  Ca.ensure(config.home).pipe(Effect.mapError((error) => new ConfigError({ message: error.message })))
+  Ca.load(config.home).pipe(
+    Effect.catchIf((error) => error.reason === "missing", () =>
+      Effect.tap(Ca.ensure(config.home), () =>
+        Effect.logInfo(`made this installation's CA in ${config.home} (it signs the certificates of Cursor's hosts for the proxy, on this machine only); \`npx cursor-byok setup --trust\` has this system trust it`))),
+    Effect.mapError((error) => new ConfigError({ message: error.message }))
+  )
 
 /** The TLS listener's certificate: the configured PEM files, or a loopback leaf from the CA. */
 export const listenerTls = (
