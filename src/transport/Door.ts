@@ -15,6 +15,7 @@ import { randomBytes } from "node:crypto"
 import { LiveConfig } from "../config/Live.js"
 import { ConnectError, errorAnswer } from "./Connect.js"
 import { writeError } from "./front/Protocol.js"
+import { trailersOf } from "./front/Status.js"
 import * as Policy from "./Policy.js"
 
 /** The hop mark's header (dropped before any handler, and by the forwarder towards Cursor). */
@@ -93,6 +94,16 @@ const verdictOf = (
 const errorOf = (refusal: Refusal) =>
   new ConnectError(refusal.status === 401 ? "unauthenticated" : refusal.status === 415 ? "invalid_argument" : "permission_denied", refusal.message)
 
+/** gRPC's and gRPC-Web's binary media types: a refusal of theirs is a trailers-only answer their clients read as a status. */
+const GRPC_TYPE = /^\s*(application\/grpc(-web)?(\+proto)?)\s*(;|$)/i
+
+/** The head of a refusal in the request's protocol: gRPC's trailers-only form, or undefined (Connect JSON). */
+const grpcRefusal = (contentType: unknown, error: ConnectError): Record<string, string> | undefined => {
+  const match = typeof contentType === "string" ? GRPC_TYPE.exec(contentType) : null
+  if (match === null) return undefined
+  return { "content-type": match[2] === undefined ? "application/grpc+proto" : "application/grpc-web+proto", ...trailersOf(error) }
+}
+
 /** A door over settings read at each request; `log` writes a refusal's line (rate-limited here). */
 export const make = (settings: () => Policy.PolicySettings, log: (line: string) => void, now: () => number = Date.now): DoorService => {
   const lastLogged = new Map<string, { at: number; suppressed: number }>()
@@ -112,7 +123,13 @@ export const make = (settings: () => Policy.PolicySettings, log: (line: string) 
       const verdict = verdictOf(settings(), request.method ?? "GET", request.url ?? "/", request.headers, request.socket?.localPort, listener)
       if (verdict._tag === "Pass") return true
       note(verdict, request.method ?? "GET", request.url ?? "/")
-      writeError(response, errorOf(verdict), { status: verdict.status, headers: verdict.status === 401 ? { "www-authenticate": "Bearer" } : {} })
+      const grpc = grpcRefusal(request.headers["content-type"], errorOf(verdict))
+      if (grpc !== undefined && !response.headersSent) {
+        response.writeHead(200, grpc)
+        response.end()
+      } else {
+        writeError(response, errorOf(verdict), { status: verdict.status, headers: verdict.status === 401 ? { "www-authenticate": "Bearer" } : {} })
+      }
       // The body is drained unread, so the connection can serve the client's next request.
       request.resume()
       return false
@@ -124,6 +141,11 @@ export const make = (settings: () => Policy.PolicySettings, log: (line: string) 
       if (verdict._tag === "Pass") return true
       note(verdict, method, url)
       if (!stream.destroyed && !stream.headersSent) {
+        const grpc = grpcRefusal(headers["content-type"], errorOf(verdict))
+        if (grpc !== undefined) {
+          stream.respond({ ":status": 200, ...grpc }, { endStream: true })
+          return false
+        }
         const answer = errorAnswer(errorOf(verdict), verdict.status)
         stream.respond({ ":status": answer.status, "content-type": "application/json" })
         stream.end(answer.body)

@@ -144,6 +144,20 @@ describe("the official Connect clients in all three protocols", () => {
       }
     }))
 
+  it.scopedLive("a request the door refuses (a hostile Origin) is refused in its own protocol: gRPC and gRPC-Web clients read permission_denied and the reason", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make()
+      for (const [protocol, baseUrl, httpVersion] of [["grpc", app.h2cUrl, "2"], ["grpc-web", app.baseUrl, "1.1"], ["grpc-web", app.h2cUrl, "2"], ["connect", app.baseUrl, "1.1"]] as const) {
+        const label = `${protocol} HTTP/${httpVersion}`
+        const transport = transportOf(protocol, baseUrl, httpVersion)
+        const refused = yield* Effect.promise(() =>
+          failureOf(createClient(AgentService, transport).getUsableModels({}, { headers: { origin: "https://evil.example" } })))
+        assert.instanceOf(refused, ConnectError, label)
+        assert.strictEqual((refused as ConnectError).code, Code.PermissionDenied, label)
+        assert.match((refused as ConnectError).rawMessage, /origin/i, label)
+      }
+    }))
+
   it.scopedLive("errors in each protocol's own form: a bad append is invalid_argument, an unknown procedure unimplemented", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make()
