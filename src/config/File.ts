@@ -13,6 +13,9 @@ import { join } from "node:path"
 import { isLoopback, parseNoProxy } from "./Hosts.js"
 import { issueLines, jsonPosition } from "./Issues.js"
 import { CaptureConfig } from "./CaptureConfig.js"
+import { Bytes, httpUrl } from "./Fields.js"
+import { WebFileConfig, webOf, webSearchOverride } from "./Web.js"
+import type { WebConfig } from "./Web.js"
 import { catalogue } from "./Catalogue.js"
 import { referenceProblems } from "./References.js"
 import * as FaultInjection from "../FaultInjection.js"
@@ -21,6 +24,7 @@ import { ApiKind, ModelConfig, RetryConfig, routingProblem } from "../llm/Router
 import type { ProviderConfig, RouterConfig } from "../llm/Router.js"
 
 export { isLoopback, parseNoProxy } from "./Hosts.js"
+export * from "./Web.js"
 
 /** The shortest token the server takes (from the file or `BYOK_CONSOLE_TOKEN`). */
 const MIN_TOKEN_LENGTH = 16
@@ -29,18 +33,6 @@ const MIN_TOKEN_LENGTH = 16
 // The file
 // =============================================================================
 
-/** An absolute http or https URL (a scheme, a host); `what` is said in the refusal: `expected ${what}, got "..."`. */
-const httpUrl = (what: string) =>
-  Schema.String.pipe(Schema.filter((text) => {
-    try {
-      const url = new URL(text)
-      return (url.protocol === "http:" || url.protocol === "https:") && url.hostname !== ""
-    } catch {
-      return false
-    }
-  }, { message: (issue) => `expected ${what}, got ${JSON.stringify(issue.actual)}` }))
-
-const HttpUrl = httpUrl("an http or https URL")
 
 export const ProviderEntry = Schema.Struct({
   id: Schema.String,
@@ -69,7 +61,6 @@ export const ModelEntry = Schema.Struct({
 export type ModelEntry = typeof ModelEntry.Type
 
 const Port = Schema.Int.pipe(Schema.between(0, 65535))
-const Bytes = Schema.Int.pipe(Schema.positive())
 
 /** The web console (`/console`): on a non-loopback host it answers only requests carrying this token. */
 export const ConsoleConfig = Schema.Struct({
@@ -122,65 +113,6 @@ export const CompactionConfig = Schema.Struct({
   summaryMaxTokens: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 4096 }),
   /** After a context-overflow error, tool results longer than this (characters) before the tail are elided for the summary call. */
   elideToolResultChars: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 2048 })
-})
-
-/** Server-side web fetches (the WebFetch tool): limits, and the hosts exempt from the private-address refusal. */
-export const WebFetchConfig = Schema.Struct({
-  /** Offer the WebFetch tool (the user approves each fetch in Cursor). */
-  enabled: Schema.optionalWith(Schema.Boolean, { default: () => true }),
-  /** `host` or `host:port` entries fetched even when they are loopback or private (an intranet's docs); exact matches. */
-  allowHosts: Schema.optionalWith(
-    Schema.Array(Schema.String.pipe(Schema.pattern(/^[^\s/@?#]+$/, { message: (issue) => `expected a host or host:port (no scheme, path or user), got ${JSON.stringify(issue.actual)}` }))),
-    { default: () => [] }
-  ),
-  /** Bytes of a body read at most; the rest of a larger page is not read (it is returned truncated). */
-  maxBytes: Schema.optionalWith(Bytes, { default: () => 2 * 1024 * 1024 }),
-  maxRedirects: Schema.optionalWith(Schema.Int.pipe(Schema.nonNegative()), { default: () => 5 }),
-  /** The Markdown handed to the model is cut here, with a note saying so. */
-  maxMarkdownChars: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 100_000 })
-})
-
-/** The defaults of the backends that take a key. */
-export const searchBackendDefaults = {
-  brave: { apiKeyEnv: "BRAVE_SEARCH_API_KEY", baseUrl: "https://api.search.brave.com" },
-  tavily: { apiKeyEnv: "TAVILY_API_KEY", baseUrl: "https://api.tavily.com" }
-} as const
-
-/**
- * The search backend of the WebSearch tool (one at most); without one the tool is not offered.
- * One struct rather than a union per backend, so a mistake reads as one line about one key.
- */
-export const WebSearchConfig = Schema.Struct({
-  backend: Schema.optionalWith(Schema.Literal("off", "searxng", "brave", "tavily"), { default: () => "off" as const }),
-  /** SearXNG: the instance's URL (its JSON format must be enabled). */
-  url: Schema.optionalWith(HttpUrl, { exact: true }),
-  /** Brave, Tavily: the variable holding the key (BRAVE_SEARCH_API_KEY, TAVILY_API_KEY by default). */
-  apiKeyEnv: Schema.optionalWith(Schema.String, { exact: true }),
-  /** Brave, Tavily: the API's base URL. */
-  baseUrl: Schema.optionalWith(HttpUrl, { exact: true }),
-  maxResults: Schema.optionalWith(Schema.Int.pipe(Schema.between(1, 50)), { default: () => 8 }),
-  /** Characters of each result's snippet kept. */
-  chunkChars: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 1000 })
-}).pipe(Schema.filter((search) => {
-  if (search.backend === "searxng" && search.url === undefined) {
-    return { path: ["url"], message: "is missing: the searxng backend needs the URL of a SearXNG instance" }
-  }
-  if (search.backend !== "searxng" && search.url !== undefined) {
-    return { path: ["url"], message: `is for the searxng backend only (backend is "${search.backend}"); brave and tavily take baseUrl` }
-  }
-  for (const key of ["apiKeyEnv", "baseUrl"] as const) {
-    if ((search.backend === "off" || search.backend === "searxng") && search[key] !== undefined) {
-      return { path: [key], message: `is for the brave and tavily backends only (backend is "${search.backend}")` }
-    }
-  }
-  return true
-}))
-
-export const WebFileConfig = Schema.Struct({
-  /** The whole of one fetch (connection, redirects, body) or one search call. */
-  timeoutMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 15_000 }),
-  fetch: Schema.optionalWith(WebFetchConfig, { default: () => Schema.decodeSync(WebFetchConfig)({}) }),
-  search: Schema.optionalWith(WebSearchConfig, { default: () => Schema.decodeSync(WebSearchConfig)({}) })
 })
 
 export const TlsConfig = Schema.Struct({
@@ -257,28 +189,6 @@ export type FileConfig = typeof FileConfig.Type
 // =============================================================================
 // The resolved configuration
 // =============================================================================
-
-/** A configured search backend, its key (when it takes one) read from the variable it names. */
-export type SearchBackendConfig =
-  | { readonly name: "searxng"; readonly url: string }
-  | {
-    readonly name: "brave" | "tavily"
-    readonly baseUrl: string
-    readonly apiKeyEnv: string
-    readonly apiKey: Redacted.Redacted<string>
-  }
-
-/** What the `Web` service reads at each call. */
-export interface WebConfig {
-  readonly timeoutMs: number
-  readonly fetch: typeof WebFetchConfig.Type
-  readonly search: {
-    /** Undefined when no backend is configured (the WebSearch tool is then not offered). */
-    readonly backend: SearchBackendConfig | undefined
-    readonly maxResults: number
-    readonly chunkChars: number
-  }
-}
 
 export interface ServerConfig {
   readonly host: string
@@ -398,7 +308,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     limits: file.limits,
     compaction: { ...file.compaction, auto: compactionAutoOf(env) ?? file.compaction.auto },
     capture: file.capture,
-    web: webOf(file, env),
+    web: webOf(file.web, env),
     console: { token: consoleToken === undefined || consoleToken === "" ? undefined : Redacted.make(consoleToken) },
     router: {
       providers: routed,
@@ -569,41 +479,4 @@ export const load: Effect.Effect<ServerConfig, ConfigError, FileSystem.FileSyste
 const compactionAutoOf = (env: Readonly<Record<string, string | undefined>>): boolean | undefined => {
   const value = env["BYOK_COMPACTION"]?.trim().toLowerCase()
   return value === undefined || value === "" ? undefined : value !== "off" && value !== "false" && value !== "0"
-}
-
-/** `BYOK_WEB_SEARCH`: `searxng=<url>`, `brave`, `tavily` or `off`; undefined when unset, `invalid` otherwise. */
-const webSearchOverride = (text: string | undefined): { readonly backend: "off" | "searxng" | "brave" | "tavily"; readonly url?: string } | "invalid" | undefined => {
-  const value = text?.trim()
-  if (value === undefined || value === "") return undefined
-  const lower = value.toLowerCase()
-  if (lower === "off" || lower === "brave" || lower === "tavily") return { backend: lower }
-  const searxng = /^searxng=(.+)$/i.exec(value)
-  if (searxng === null) return "invalid"
-  const url = searxng[1]!.trim()
-  return Schema.is(HttpUrl)(url) ? { backend: "searxng", url } : "invalid"
-}
-
-/** The web section: the file's, with the search backend `BYOK_WEB_SEARCH` names (keeping the file's settings for the same backend). */
-const webOf = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): WebConfig => {
-  const override = webSearchOverride(env["BYOK_WEB_SEARCH"])
-  const fromFile = file.web.search
-  const common = { maxResults: fromFile.maxResults, chunkChars: fromFile.chunkChars }
-  const search: typeof WebSearchConfig.Type = override === undefined || override === "invalid" || (override.backend === fromFile.backend && override.url === undefined)
-    ? fromFile
-    : { ...(override.url === undefined ? {} : { url: override.url }), backend: override.backend, ...common }
-  const backendOf = (): SearchBackendConfig | undefined => {
-    switch (search.backend) {
-      case "off":
-        return undefined
-      case "searxng":
-        return { name: "searxng", url: search.url ?? "" }
-      case "brave":
-      case "tavily": {
-        const apiKeyEnv = search.apiKeyEnv ?? searchBackendDefaults[search.backend].apiKeyEnv
-        const baseUrl = search.baseUrl ?? searchBackendDefaults[search.backend].baseUrl
-        return { name: search.backend, baseUrl, apiKeyEnv, apiKey: Redacted.make(env[apiKeyEnv] ?? "") }
-      }
-    }
-  }
-  return { timeoutMs: file.web.timeoutMs, fetch: file.web.fetch, search: { backend: backendOf(), ...common } }
 }

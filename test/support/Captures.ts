@@ -11,69 +11,17 @@
  *
  * `BYOK_RECORD_CAPTURES=1 npx vitest run test/captures/Record.test.ts` writes them again (`recordAll`).
  */
-import { create, toBinary } from "@bufbuild/protobuf"
-import { createClient } from "@connectrpc/connect"
-import type { Transport } from "@connectrpc/connect"
 import { Effect } from "effect"
 import { copyFileSync, mkdirSync, readdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
-import { AgentClientMessageSchema, AgentService } from "../../src/gen/agent/v1/agent_pb.js"
-import type { AgentClientMessage, AgentServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
-import { BidiService } from "../../src/gen/aiserver/v1/aiserver_pb.js"
 import * as AppHarness from "./AppHarness.js"
-import { CursorClient, LocalWorkspace, runRequestMessage, toHex } from "./CursorClient.js"
+import { CursorClient, LocalWorkspace } from "./CursorClient.js"
 import * as FakeProvider from "./FakeProvider.js"
-import { transportOf } from "./OfficialClients.js"
+import { runTurn, sseTurn, transportOf } from "./OfficialClients.js"
 import { tempDirectory } from "./Transcripts.js"
 
 export const SCENARIOS = ["connect-sse", "connect-run", "grpcweb-sse", "grpc-run"] as const
 export type Scenario = typeof SCENARIOS[number]
-
-const blobAck = (message: AgentServerMessage): AgentClientMessage | undefined =>
-  message.message.case === "kvServerMessage"
-    ? create(AgentClientMessageSchema, { message: { case: "kvClientMessage", value: { id: message.message.value.id, message: { case: "setBlobResult", value: {} } } } })
-    : undefined
-
-/** A turn on BidiAppend + RunSSE with an official client: the run request appended, blobs acknowledged as they come. */
-const officialSse = async (transport: Transport, requestId: string, conversationId: string, text: string) => {
-  const bidi = createClient(BidiService, transport)
-  const agent = createClient(AgentService, transport)
-  let seqno = 0
-  const append = (message: AgentClientMessage) =>
-    bidi.bidiAppend({ requestId: { requestId }, appendSeqno: BigInt(seqno++), data: toHex(toBinary(AgentClientMessageSchema, message)) })
-  await append(create(AgentClientMessageSchema, runRequestMessage({ conversationId, text, messageId: `m-${conversationId}` })))
-  for await (const message of agent.runSSE({ requestId }, { timeoutMs: 15_000 })) {
-    const ack = blobAck(message)
-    if (ack !== undefined) await append(ack)
-  }
-}
-
-/** A turn on `Run` with an official client: the run request and the blob acknowledgements on the input stream. */
-const officialRun = async (transport: Transport, requestId: string, conversationId: string, text: string) => {
-  const agent = createClient(AgentService, transport)
-  const queue: Array<AgentClientMessage> = [create(AgentClientMessageSchema, runRequestMessage({ conversationId, text, messageId: `m-${conversationId}` }))]
-  let wake: (() => void) | undefined
-  let done = false
-  async function* input() {
-    while (!done) {
-      const next = queue.shift()
-      if (next !== undefined) yield next
-      else await new Promise<void>((resolve) => (wake = resolve))
-    }
-  }
-  try {
-    for await (const message of agent.run(input(), { timeoutMs: 15_000, headers: { "x-request-id": requestId } })) {
-      const ack = blobAck(message)
-      if (ack !== undefined) {
-        queue.push(ack)
-        wake?.()
-      }
-    }
-  } finally {
-    done = true
-    wake?.()
-  }
-}
 
 /** Runs one scenario on a fresh server with capture on; resolves with the capture file's path. */
 export const recordScenario = (scenario: Scenario, contents: boolean) =>
@@ -100,7 +48,7 @@ export const recordScenario = (scenario: Scenario, contents: boolean) =>
     } else {
       app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.text(`an answer over ${scenario}`)))
       const transport = scenario === "grpc-run" ? transportOf("grpc", app.h2cUrl, "2") : transportOf("grpc-web", app.baseUrl, "1.1")
-      yield* Effect.promise(() => (scenario === "grpc-run" ? officialRun : officialSse)(transport, requestId, conversationId, `hello over ${scenario}`))
+      yield* Effect.promise(() => (scenario === "grpc-run" ? runTurn : sseTurn)(transport, conversationId, `hello over ${scenario}`, requestId))
     }
     // The server's last lines are written off the request's path: wait for them.
     yield* Effect.sleep("300 millis")

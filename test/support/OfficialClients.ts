@@ -1,13 +1,19 @@
 /**
- * The official `@connectrpc/connect-node` transports as the tests use them, and a throwaway TLS
- * certificate for the TLS listener.
+ * The official `@connectrpc/connect-node` transports as the tests use them, a turn driven through
+ * them on each wire, and a throwaway TLS certificate for the TLS listener.
  */
+import { create, toBinary } from "@bufbuild/protobuf"
+import { createClient } from "@connectrpc/connect"
 import type { Transport } from "@connectrpc/connect"
 import { createTransport } from "@connectrpc/connect/protocol-connect"
 import { createGrpcTransport, createGrpcWebTransport, createNodeHttpClient, Http2SessionManager } from "@connectrpc/connect-node"
 import { execFileSync } from "node:child_process"
 import { readFileSync } from "node:fs"
 import { join } from "node:path"
+import { AgentClientMessageSchema, AgentService } from "../../src/gen/agent/v1/agent_pb.js"
+import type { AgentClientMessage, AgentServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
+import { BidiService } from "../../src/gen/aiserver/v1/aiserver_pb.js"
+import { runRequestMessage, toHex } from "./CursorClient.js"
 
 export type ProtocolName = "connect" | "grpc" | "grpc-web"
 export type HttpVersion = "1.1" | "2"
@@ -56,4 +62,60 @@ export const selfSignedCert = (dir: string) => {
     "-keyout", keyFile, "-out", certFile
   ], { stdio: "ignore" })
   return { certFile, keyFile, cert: readFileSync(certFile) }
+}
+
+/** The acknowledgement of a `set_blob` the server asks for (the official clients keep no blobs). */
+export const blobAck = (message: AgentServerMessage): AgentClientMessage | undefined =>
+  message.message.case === "kvServerMessage"
+    ? create(AgentClientMessageSchema, { message: { case: "kvClientMessage", value: { id: message.message.value.id, message: { case: "setBlobResult", value: {} } } } })
+    : undefined
+
+/** One turn on RunSSE + BidiAppend: the run request appended, the stream read to its end, blobs acknowledged as they come. */
+export const sseTurn = async (transport: Transport, conversationId: string, text: string, requestId = `req-${conversationId}`) => {
+  const bidi = createClient(BidiService, transport)
+  const agent = createClient(AgentService, transport)
+  let seqno = 0
+  const append = (message: AgentClientMessage) =>
+    bidi.bidiAppend({ requestId: { requestId }, appendSeqno: BigInt(seqno++), data: toHex(toBinary(AgentClientMessageSchema, message)) })
+  await append(create(AgentClientMessageSchema, runRequestMessage({ conversationId, text, messageId: `m-${conversationId}` })))
+  const messages: Array<AgentServerMessage> = []
+  for await (const message of agent.runSSE({ requestId }, { timeoutMs: 15_000 })) {
+    messages.push(message)
+    const ack = blobAck(message)
+    if (ack !== undefined) await append(ack)
+  }
+  return messages
+}
+
+/** One turn on `Run`: the run request and the blob acknowledgements on the input stream, the output read to its end. */
+export const runTurn = async (transport: Transport, conversationId: string, text: string, requestId = `req-${conversationId}`) => {
+  const agent = createClient(AgentService, transport)
+  const queue: Array<AgentClientMessage> = [create(AgentClientMessageSchema, runRequestMessage({ conversationId, text, messageId: `m-${conversationId}` }))]
+  let wake: (() => void) | undefined
+  let done = false
+  async function* input() {
+    while (!done) {
+      const next = queue.shift()
+      if (next !== undefined) {
+        yield next
+        continue
+      }
+      await new Promise<void>((resolve) => (wake = resolve))
+    }
+  }
+  const messages: Array<AgentServerMessage> = []
+  try {
+    for await (const message of agent.run(input(), { timeoutMs: 15_000, headers: { "x-request-id": requestId } })) {
+      messages.push(message)
+      const ack = blobAck(message)
+      if (ack !== undefined) {
+        queue.push(ack)
+        wake?.()
+      }
+    }
+  } finally {
+    done = true
+    wake?.()
+  }
+  return messages
 }

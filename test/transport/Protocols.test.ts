@@ -13,7 +13,7 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } f
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { AgentClientMessageSchema, AgentService } from "../../src/gen/agent/v1/agent_pb.js"
-import type { AgentClientMessage, AgentServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
+import type { AgentServerMessage } from "../../src/gen/agent/v1/agent_pb.js"
 import { AuthService, DashboardService } from "../../src/gen/aiserver/v1/account_pb.js"
 import { AiService, BidiAppendRequestSchema, BidiService, ServerConfigService } from "../../src/gen/aiserver/v1/aiserver_pb.js"
 import { AnalyticsService, NetworkService } from "../../src/gen/aiserver/v1/telemetry_pb.js"
@@ -21,69 +21,13 @@ import * as SideRpcs from "../../src/transport/SideRpcs.js"
 import * as AppHarness from "../support/AppHarness.js"
 import { freePort } from "../support/ChildServer.js"
 import { runRequestMessage, toHex } from "../support/CursorClient.js"
-import { selfSignedCert, transportOf } from "../support/OfficialClients.js"
+import { blobAck, runTurn, selfSignedCert, sseTurn, transportOf } from "../support/OfficialClients.js"
 import type { HttpVersion, ProtocolName } from "../support/OfficialClients.js"
 import * as FakeProvider from "../support/FakeProvider.js"
 import { tempDirectory } from "../support/Transcripts.js"
 
 const textOf = (messages: ReadonlyArray<AgentServerMessage>) =>
   messages.flatMap((m) => m.message.case === "interactionUpdate" && m.message.value.message.case === "textDelta" ? [m.message.value.message.value.text] : []).join("")
-
-const blobAck = (message: AgentServerMessage): AgentClientMessage | undefined =>
-  message.message.case === "kvServerMessage"
-    ? create(AgentClientMessageSchema, { message: { case: "kvClientMessage", value: { id: message.message.value.id, message: { case: "setBlobResult", value: {} } } } })
-    : undefined
-
-/** One turn on RunSSE + BidiAppend: the run request appended, the stream read to its end, blobs acknowledged as they come. */
-const sseTurn = async (transport: Transport, conversationId: string, text: string) => {
-  const bidi = createClient(BidiService, transport)
-  const agent = createClient(AgentService, transport)
-  const requestId = `req-${conversationId}`
-  let seqno = 0
-  const append = (message: AgentClientMessage) =>
-    bidi.bidiAppend({ requestId: { requestId }, appendSeqno: BigInt(seqno++), data: toHex(toBinary(AgentClientMessageSchema, message)) })
-  await append(create(AgentClientMessageSchema, runRequestMessage({ conversationId, text, messageId: `m-${conversationId}` })))
-  const messages: Array<AgentServerMessage> = []
-  for await (const message of agent.runSSE({ requestId }, { timeoutMs: 15_000 })) {
-    messages.push(message)
-    const ack = blobAck(message)
-    if (ack !== undefined) await append(ack)
-  }
-  return messages
-}
-
-/** One turn on `Run`: the run request and the blob acknowledgements on the input stream, the output read to its end. */
-const runTurn = async (transport: Transport, conversationId: string, text: string) => {
-  const agent = createClient(AgentService, transport)
-  const queue: Array<AgentClientMessage> = [create(AgentClientMessageSchema, runRequestMessage({ conversationId, text, messageId: `m-${conversationId}` }))]
-  let wake: (() => void) | undefined
-  let done = false
-  async function* input() {
-    while (!done) {
-      const next = queue.shift()
-      if (next !== undefined) {
-        yield next
-        continue
-      }
-      await new Promise<void>((resolve) => (wake = resolve))
-    }
-  }
-  const messages: Array<AgentServerMessage> = []
-  try {
-    for await (const message of agent.run(input(), { timeoutMs: 15_000, headers: { "x-request-id": `req-${conversationId}` } })) {
-      messages.push(message)
-      const ack = blobAck(message)
-      if (ack !== undefined) {
-        queue.push(ack)
-        wake?.()
-      }
-    }
-  } finally {
-    done = true
-    wake?.()
-  }
-  return messages
-}
 
 const failureOf = (promise: Promise<unknown>) => promise.then(() => undefined, (error: unknown) => error)
 
