@@ -13,6 +13,7 @@ import * as Metrics from "../Metrics.js"
 import { Envelope, offerEffect, turnRefOf } from "./Actor.js"
 import type { Actor, ActorState, RunnerEnv } from "./Actor.js"
 import type { TurnOutcome } from "./ClientGateway.js"
+import { rootCauseOf } from "../Store.js"
 import { commitOf, derivedInputId } from "./Commits.js"
 import { foldPure } from "./FastPath.js"
 import { logTurn } from "./TurnLog.js"
@@ -102,7 +103,7 @@ const beganTurn = (env: RunnerEnv, acc: ActorState, input: Input): ConversationS
 
 /** What the client reads when the store could not save a turn: the cause in words, and that nothing of it was kept. */
 const storeFailureText = (error: { readonly message: string; readonly cause?: unknown }): string => {
-  const code = codeOf(error.cause)
+  const code = rootCauseOf(error.cause).code
   const what = code === "SQLITE_FULL" || code === "ENOSPC"
     ? "the disk that holds the conversation history is full: free some space, then send the message again"
     : code.startsWith("SQLITE_READONLY")
@@ -111,15 +112,6 @@ const storeFailureText = (error: { readonly message: string; readonly cause?: un
     ? `the conversation history could not be written (an I/O error: ${error.message}); check the disk, then send the message again`
     : `the server could not save the conversation: ${error.message}`
   return `${what[0]!.toUpperCase()}${what.slice(1)}. Nothing of this turn was saved.`
-}
-
-/** The SQLite or OS error code under a store error's causes. */
-const codeOf = (cause: unknown): string => {
-  for (let at = cause, depth = 0; at !== null && typeof at === "object" && depth < 4; at = (at as { cause?: unknown }).cause, depth++) {
-    const code = (at as { code?: unknown }).code
-    if (typeof code === "string") return code
-  }
-  return ""
 }
 
 /**

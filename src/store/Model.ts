@@ -300,6 +300,23 @@ export class StoreError extends Schema.TaggedError<StoreError>("cursor-byok/Stor
   cause: Schema.optional(Schema.Defect)
 }) {}
 
+/**
+ * The error SQLite (or the OS) raised under a store failure's wrapping (`@effect/sql`'s
+ * `SqlError`, a `StoreError`): its message and its code (`SQLITE_FULL`, `ENOSPC`...; "" when
+ * none is given), for a message that says what went wrong and what to do.
+ */
+export const rootCauseOf = (cause: unknown): { readonly text: string; readonly code: string } => {
+  let at = cause
+  for (let depth = 0; depth < 4 && at !== null && typeof at === "object"; depth++) {
+    const code = (at as { code?: unknown }).code
+    if (typeof code === "string") return { text: at instanceof Error ? at.message : String(at), code }
+    const inner = (at as { cause?: unknown }).cause
+    if (inner === undefined) break
+    at = inner
+  }
+  return { text: at instanceof Error ? at.message : String(at), code: "" }
+}
+
 /** Another writer committed first: reload and re-apply the input. Nothing of this commit was stored. */
 export class VersionConflict extends Schema.TaggedError<VersionConflict>("cursor-byok/Store/VersionConflict")(
   "VersionConflict",

@@ -16,7 +16,7 @@ import { Context, Effect, Layer } from "effect"
 import * as Connection from "./Connection.js"
 import type { Direct } from "./Connection.js"
 import * as FileModes from "./FileModes.js"
-import { StoreError } from "./Model.js"
+import { rootCauseOf, StoreError } from "./Model.js"
 import { migrations } from "./migrations.js"
 
 export interface SqliteOptions {
@@ -28,13 +28,6 @@ export interface SqliteOptions {
 
 const fail = (operation: string) => (cause: { readonly message: string }) =>
   new StoreError({ operation, message: cause.message, cause })
-
-/** What SQLite (or the OS) said of a failure, and its code, under `@effect/sql`'s wrapping. */
-const reasonOf = (cause: unknown): { readonly text: string; readonly code: string } => {
-  const inner = typeof cause === "object" && cause !== null && "cause" in cause ? (cause as { cause: unknown }).cause : cause
-  const error = inner instanceof Error ? inner as Error & { code?: unknown } : undefined
-  return { text: error?.message ?? String(inner), code: typeof error?.code === "string" ? error.code : "" }
-}
 
 /** The fix for a database that could not be opened, by SQLite's or the OS's code. */
 const fixOf = (code: string, filename: string): string => {
@@ -49,7 +42,7 @@ const fixOf = (code: string, filename: string): string => {
 
 /** A database that could not be opened or migrated: one line with the path, SQLite's reason and the fix. */
 const openFailed = (operation: string, filename: string) => (cause: { readonly message: string }) => {
-  const reason = reasonOf(cause)
+  const reason = rootCauseOf(cause)
   return new StoreError({
     operation,
     message: `the database ${filename} could not be ${operation === "migrate" ? "brought up to date" : "opened"}: ${reason.text}${reason.code === "" ? "" : ` (${reason.code})`}; ${fixOf(reason.code, filename)}`,
