@@ -22,8 +22,8 @@ import * as Server from "./Server.js"
 const serveProgram = Effect.gen(function*() {
   const source = yield* Config.locate
   const config = yield* Config.loadFrom(source)
-  // The default catalogue in use is the normal start without a file; anything else noticed is a warning.
-  for (const notice of config.notices) yield* (notice.startsWith("no providers configured: using") ? Effect.logInfo(notice) : Effect.logWarning(notice))
+  for (const info of config.infos) yield* Effect.logInfo(info)
+  for (const notice of config.notices) yield* Effect.logWarning(notice)
   // What it serves, where, and what to do next, is said once every listener is bound (`Ready.ts`).
   // The file is watched: a valid change of the models, providers, aliases, prices, limits or timings applies without a restart.
   // On the server's scheduler: what a client waits on runs first, and sockets are read between slices.

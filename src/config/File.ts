@@ -233,6 +233,8 @@ export interface ServerConfig {
   readonly subagentModel: string | undefined
   /** Things worth telling the operator at startup (a missing key, a non-loopback bind...). */
   readonly notices: ReadonlyArray<string>
+  /** What the start says of the configuration that is no problem (the default catalogue in use). */
+  readonly infos: ReadonlyArray<string>
   /** Crash-test faults (`BYOK_FAULT_*`); empty in normal use. */
   readonly faults: FaultInjection.FaultOptions
 }
@@ -255,6 +257,7 @@ export const defaultCatalogue: ReadonlyArray<{
  */
 export const resolve = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ServerConfig => {
   const notices: Array<string> = []
+  const infos: Array<string> = []
   let providers = file.providers
   let models: ReadonlyArray<ModelEntry> = file.models
   if (providers.length === 0) {
@@ -262,7 +265,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     providers = available.map((entry) => entry.provider)
     // The file's own models, when it lists any, name the catalogue's providers (validate refuses any other).
     if (models.length === 0) models = available.flatMap((entry) => entry.models.map((model) => Schema.decodeSync(ModelEntry)(model)))
-    if (available.length > 0) notices.push(`no providers configured: using the default catalogue for ${available.map((e) => e.env).join(", ")}`)
+    if (available.length > 0) infos.push(`no providers configured: using the default catalogue for ${available.map((e) => e.env).join(", ")}`)
     else notices.push("no provider is configured and no OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY or DEEPSEEK_API_KEY is set: turns will fail until one is")
   }
   const routed: Array<ProviderConfig> = []
@@ -321,6 +324,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     defaultModel,
     subagentModel: file.subagentModel,
     notices,
+    infos,
     faults: FaultInjection.fromEnvironment(env)
   }
 }
