@@ -15,6 +15,7 @@ import * as Proxy from "./hookup/Proxy.js"
 import { parseProxyUrl } from "./hookup/proxy/Upstream.js"
 import type { UpstreamProxy } from "./hookup/proxy/Upstream.js"
 import * as Run from "./transport/Run.js"
+import { TAB_PATHS } from "./transport/side/Tab.js"
 import * as SideRpcs from "./transport/SideRpcs.js"
 
 export { Ca, Proxy }
@@ -95,7 +96,9 @@ export const layerProxy = (config: ServerConfig, authority: Ca.Authority, dispat
       host: Proxy.PROXY_HOST,
       port: config.proxy.port,
       authority,
-      routing: { local: new Set(SideRpcs.localProcedures), offline: config.proxy.offline },
+      // Tab's calls are answered here while a Tab model is configured (at start: a reload that
+      // turns Tab on or off takes a restart to move them), else they go to Cursor.
+      routing: { local: new Set([...SideRpcs.localProcedures, ...(config.tab === undefined ? [] : TAB_PATHS)]), offline: config.proxy.offline, tab: config.tab !== undefined },
       local: { host: localHost, port: local.port, h2cPort: local.h2cPort, dispatch },
       upstream,
       maxConnections: config.limits.maxConnections,

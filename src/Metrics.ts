@@ -112,6 +112,42 @@ export const addCost = (model: string, usd: number): void => costUsd.unsafeUpdat
 /** `Metric.increment(Metric.tagged(compactions, "outcome", outcome))` without the per-call metric. */
 export const countCompaction = (outcome: string): void => compactions.unsafeUpdate(1, outcomeLabel(outcome))
 
+export const tabRequests = Metric.counter("byok_tab_requests_total", { description: "Tab requests answered here, by model and outcome (suggested, empty, reused, canceled, failed)", incremental: true })
+export const tabTokens = Metric.counter("byok_tab_tokens_total", { description: "Tokens of Tab's FIM calls, by model and kind", incremental: true })
+export const tabCost = Metric.counter("byok_tab_cost_usd_total", { description: "What Tab's FIM calls cost, in USD (from the configured prices), by model" })
+export const tabFates = Metric.counter("byok_tab_fates_total", { description: "Cursor's fate reports of Tab suggestions, by model and fate (accept, reject, partial)", incremental: true })
+export const tabFirstSuggestionSeconds = Metric.histogram(
+  "byok_tab_first_suggestion_seconds",
+  MetricBoundaries.exponential({ start: 0.01, factor: 2, count: 10 }),
+  "From a Tab request to its first suggestion text"
+)
+
+/** The label arrays of a (model, value) pair, made once per pair (see `labelCache`). */
+const pairCache = (second: string) => {
+  const cache = new Map<string, ReadonlyArray<MetricLabel.MetricLabel>>()
+  return (model: string, value: string): ReadonlyArray<MetricLabel.MetricLabel> => {
+    const key = `${model}\u0000${value}`
+    let labels = cache.get(key)
+    if (labels === undefined) {
+      labels = [MetricLabel.make("model", model), MetricLabel.make(second, value)]
+      if (cache.size < 1_000) cache.set(key, labels)
+    }
+    return labels
+  }
+}
+const modelOutcome = pairCache("outcome")
+const modelKind = pairCache("kind")
+const modelFate = pairCache("fate")
+
+export const countTab = (model: string, outcome: string): void => tabRequests.unsafeUpdate(1, modelOutcome(model, outcome))
+export const countTabFate = (model: string, fate: string): void => tabFates.unsafeUpdate(1, modelFate(model, fate))
+export const countTabTokens = (model: string, input: number, output: number, usd: number): void => {
+  tabTokens.unsafeUpdate(input, modelKind(model, "input"))
+  tabTokens.unsafeUpdate(output, modelKind(model, "output"))
+  if (usd > 0) tabCost.unsafeUpdate(usd, modelLabel(model))
+}
+export const tabFirstSuggestion = (model: string, ms: number): void => tabFirstSuggestionSeconds.unsafeUpdate(ms / 1000, modelLabel(model))
+
 const labels = (pair: MetricPair.MetricPair.Untyped, extra: ReadonlyArray<readonly [string, string]> = []) => {
   const all = [...pair.metricKey.tags.map((t) => [t.key, t.value] as const), ...extra]
   return all.length === 0 ? "" : `{${all.map(([k, v]) => `${k}="${v.replace(/\\/g, "\\\\").replace(/"/g, '\\"')}"`).join(",")}}`

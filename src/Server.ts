@@ -37,6 +37,8 @@ import * as Door from "./transport/Door.js"
 import * as Front from "./transport/Front.js"
 import { capConnections, type ConnectionLimits, defaultConnectionLimits } from "./transport/Limits.js"
 import * as SideRpcs from "./transport/SideRpcs.js"
+import * as TabRpcs from "./transport/side/Tab.js"
+import * as TabService from "./tab/Service.js"
 
 /** A tool call's kind, and whether a restart may run it again (reads) or must not (shell, writes, MCP). */
 export const classifyTool = (call: ToolCall): { readonly kind: string; readonly idempotent: boolean } => {
@@ -190,14 +192,18 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
       Layer.provideMerge(Transport.layerSessions(transportOptions(current))),
       Layer.provideMerge(FaultInjection.wrapStore(Store.layerSqlite({ filename: database }), faults)),
       Layer.provideMerge(llm ?? Capture.recordingLlm(Router.layerLive(() => current().router))),
-      Layer.provideMerge(Web.layer)
+      Layer.provideMerge(Web.layer),
+      // Tab on the user's FIM model, on the running configuration's `tab` (off without one).
+      Layer.provideMerge(TabService.layer(() => current().tab))
     )))
   const sideRoutes = Layer.unwrapEffect(Effect.gen(function*() {
     const { current } = yield* LiveConfig
     const naming = yield* Naming.make(() => current().router)
     const contextUsage = yield* ContextUsage.make
+    const tab = yield* TabService.Tab
     const source = () => ({ ...catalogue(current()), naming, contextUsage })
-    return Layer.merge(SideRpcs.layerRoutes(source), Front.layerRpcs(SideRpcs.rpcTable(source)))
+    const rpcs = new Map([...SideRpcs.rpcTable(source), ...TabRpcs.tabRoutes(tab)])
+    return Layer.merge(SideRpcs.layerRoutes(source), Front.layerRpcs(rpcs))
   }))
   // The agent calls are not routes of the app: the front door sends them to their wire (`Front.layer`).
   const routes = Layer.mergeAll(sideRoutes, Metrics.layerRoutes, Console.layerRoutes)

@@ -14,8 +14,10 @@ import { isLoopback, parseNoProxy } from "./Hosts.js"
 import { issueLines, jsonPosition } from "./Issues.js"
 import { CaptureConfig } from "./CaptureConfig.js"
 import { Bytes, httpUrl } from "./Fields.js"
+import { TabFileConfig, tabOf, tabProblems } from "./Tab.js"
 import { WebFileConfig, webOf, webSearchOverride } from "./Web.js"
 import type { WebConfig } from "./Web.js"
+import type { TabSettings } from "../tab/Service.js"
 import { catalogue } from "./Catalogue.js"
 import { referenceProblems } from "./References.js"
 import * as FaultInjection from "../FaultInjection.js"
@@ -172,6 +174,8 @@ export const FileConfig = Schema.Struct({
   /** Capture mode (`capture/`): each agent request written to `<home>/captures/`, for a bug report and `cursor-byok replay`. */
   capture: Schema.optionalWith(CaptureConfig, { default: () => Schema.decodeSync(CaptureConfig)({}) }),
   web: Schema.optionalWith(WebFileConfig, { default: () => Schema.decodeSync(WebFileConfig)({}) }),
+  /** Tab (Cursor's completions) on the user's own FIM model; off when absent (Cursor answers Tab). */
+  tab: Schema.optional(TabFileConfig),
   console: Schema.optionalWith(ConsoleConfig, { default: () => ({}) }),
   /** Each field defaults on its own (`defaultRetrySettings`): `{ "maxRetries": 1 }` keeps the other five. */
   retry: Schema.optional(RetryEntry),
@@ -222,6 +226,8 @@ export interface ServerConfig {
   readonly capture: typeof CaptureConfig.Type
   /** Server-side web fetch and search (`web`, `BYOK_WEB_SEARCH`). */
   readonly web: WebConfig
+  /** Tab on the user's FIM model (`tab`); undefined: off. */
+  readonly tab: TabSettings | undefined
   /** The web console: the token a non-loopback host requires (`console.token`, `BYOK_CONSOLE_TOKEN`). */
   readonly console: { readonly token: Redacted.Redacted<string> | undefined }
   /** What the `Llm` router is built from: providers with their keys resolved. */
@@ -312,6 +318,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
     compaction: { ...file.compaction, auto: compactionAutoOf(env) ?? file.compaction.auto },
     capture: file.capture,
     web: webOf(file.web, env),
+    tab: tabOf(file.tab, routed),
     console: { token: consoleToken === undefined || consoleToken === "" ? undefined : Redacted.make(consoleToken) },
     router: {
       providers: routed,
@@ -472,7 +479,10 @@ export const loadFrom = (source: ConfigSource): Effect.Effect<ServerConfig, Conf
         Effect.flatMap((text) => decodeFile(source.path, text))
       )
       : Schema.decodeSync(FileConfig)({})
-    return yield* validate(resolve(file, source.env), source.env, exists ? source.path : undefined)
+    const config = resolve(file, source.env)
+    const tab = tabProblems(file.tab, config.router.providers)
+    if (tab.length > 0) return yield* new ConfigError({ message: tab.map((line) => `${source.path}: ${line}`).join("\n") })
+    return yield* validate(config, source.env, exists ? source.path : undefined)
   })
 
 /** Loads the configuration: the file if any, the environment, validated. */

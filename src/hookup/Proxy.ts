@@ -210,7 +210,7 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
         log(`CONNECT ${request.url}: not a host:port`)
         return refuse(client, "400 Bad Request", `CONNECT takes host:port, not ${request.url}\n`)
       }
-      if (!(isInterceptedHost(target.host) && target.port === 443)) return tunnel(client, target, head)
+      if (!(isInterceptedHost(target.host, options.routing.tab === true) && target.port === 443)) return tunnel(client, target, head)
       // One leaf and one endpoint per name, however the client spelled it.
       const name = canonicalName(target.host)
       interceptors.get(name).then((server) => {

@@ -118,7 +118,8 @@ export class FrontDoor {
       const path = pathOf(url)
       const route = this.rpcs.get(path)
       if (route !== undefined) {
-        return this.rpcIn("unary", request, response, (protocol) => {
+        // A server stream answers `application/connect+proto` in Connect (the `bidi` form), as Connect clients read one.
+        return this.rpcIn(route.stream === undefined ? "unary" : "bidi", request, response, (protocol) => {
           const capture = this.capture
           rpc(route, path, capture !== undefined && capture.on ? capture.rpc(path, protocol, request) : protocol, request, response)
         })

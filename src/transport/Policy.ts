@@ -61,7 +61,10 @@ const PASS: Verdict = { _tag: "Pass" }
 
 /** Cursor's API hosts, canonical (lower case, no trailing dot): api2, api3, api5 and the agent hosts under it. The proxy decrypts these; the TLS listener is given to Cursor in their place. */
 export const isCursorHost = (name: string): boolean =>
-  name === "api2.cursor.sh" || name === "api3.cursor.sh" || name === "api5.cursor.sh" || name.endsWith(".api5.cursor.sh")
+  name === "api2.cursor.sh" || name === "api3.cursor.sh" || name === "api5.cursor.sh" || name.endsWith(".api5.cursor.sh") || isTabHost(name)
+
+/** The hosts only Tab's calls go to (its completions and file sync): the proxy decrypts them only while Tab is answered here. */
+export const isTabHost = (name: string): boolean => name === "api4.cursor.sh" || name.endsWith(".gcpp.cursor.sh")
 
 /** A Host header's name (lower case, IPv6 without brackets) and port; undefined when it is not one. */
 export const parseHost = (header: string): { readonly name: string; readonly port: number | undefined } | undefined => {

@@ -176,6 +176,59 @@ export const openAiResponses = {
   ]
 }
 
+/** Usage a FIM stream reports at its end; `null` for none. */
+export interface FimUsage {
+  readonly input: number
+  readonly output: number
+}
+
+/** Fill-in-the-middle streams (`src/tab/Fim.ts`): one delta per text, then the end with its usage. */
+export const fim = {
+  /** OpenAI Completions: `choices[0].text` deltas, `finish_reason`, usage in a last chunk with empty `choices`, `[DONE]`. */
+  openAiCompletions: (
+    texts: ReadonlyArray<string>,
+    options?: { readonly finishReason?: string; readonly usage?: FimUsage | null; readonly done?: boolean }
+  ): Array<string> => {
+    const chunk = (text: string, finishReason: string | null) =>
+      event({ id: "cmpl-fake", object: "text_completion", model: "fake-model", choices: [{ index: 0, text, finish_reason: finishReason }] })
+    const usage = options?.usage === undefined ? { input: 10, output: texts.length } : options.usage
+    return [
+      ...texts.map((text) => chunk(text, null)),
+      chunk("", options?.finishReason ?? "stop"),
+      ...(usage === null ? [] : [event({ id: "cmpl-fake", object: "text_completion", model: "fake-model", choices: [], usage: { prompt_tokens: usage.input, completion_tokens: usage.output } })]),
+      ...(options?.done === false ? [] : ["data: [DONE]\n\n"])
+    ]
+  },
+  /** Mistral FIM: chat-like `choices[0].delta.content` chunks, usage on the last one, `[DONE]`. */
+  mistral: (texts: ReadonlyArray<string>, options?: { readonly finishReason?: string; readonly usage?: FimUsage }): Array<string> => {
+    const chunk = (delta: Record<string, unknown>, finishReason: string | null, extra: Record<string, unknown> = {}) =>
+      event({ id: "fim-fake", object: "chat.completion.chunk", model: "codestral-fake", choices: [{ index: 0, delta, finish_reason: finishReason }], ...extra })
+    const usage = options?.usage ?? { input: 10, output: texts.length }
+    return [
+      chunk({ role: "assistant", content: "" }, null),
+      ...texts.map((text) => chunk({ content: text }, null)),
+      chunk({ content: "" }, options?.finishReason ?? "stop", {
+        usage: { prompt_tokens: usage.input, completion_tokens: usage.output, total_tokens: usage.input + usage.output }
+      }),
+      "data: [DONE]\n\n"
+    ]
+  },
+  /** llama.cpp `/infill`: `{content, stop:false}` per text, then `stop:true` with token counts and timings (no `[DONE]`). */
+  llamaCpp: (
+    texts: ReadonlyArray<string>,
+    options?: { readonly stopType?: string; readonly usage?: FimUsage; readonly countsIn?: "tokens" | "timings"; readonly final?: boolean }
+  ): Array<string> => {
+    const usage = options?.usage ?? { input: 10, output: texts.length }
+    const counts = options?.countsIn === "timings"
+      ? { timings: { prompt_n: usage.input, predicted_n: usage.output, predicted_ms: 12.5 } }
+      : { tokens_evaluated: usage.input, tokens_predicted: usage.output, timings: { prompt_n: 1, predicted_n: usage.output } }
+    return [
+      ...texts.map((text, index) => event({ index: 0, content: text, tokens: [index], stop: false, id_slot: 0 })),
+      ...(options?.final === false ? [] : [event({ index: 0, content: "", stop: true, stop_type: options?.stopType ?? "eos", model: "fake.gguf", ...counts })])
+    ]
+  }
+}
+
 const split = (text: string, pieces: number): Array<string> => {
   const size = Math.max(1, Math.ceil(text.length / Math.max(1, pieces)))
   const out: Array<string> = []

@@ -3,13 +3,19 @@
  * API hosts are decrypted; of their procedures, those this server owns are answered here and
  * the rest reach Cursor unchanged (or, offline, are answered here too).
  */
-import { isCursorHost } from "../../transport/Policy.js"
+import { isCursorHost, isTabHost } from "../../transport/Policy.js"
 import { RUN_PATH } from "../../transport/Run.js"
 import { BIDI_APPEND_PATH, RUN_SSE_PATH } from "../../transport/Service.js"
 import { canonicalName } from "./Leaves.js"
 
-/** Cursor's API hosts, however a CONNECT spells them (the same names the request policy lets in from the proxy). */
-export const isInterceptedHost = (host: string) => isCursorHost(canonicalName(host))
+/**
+ * Cursor's API hosts, however a CONNECT spells them (the same names the request policy lets in
+ * from the proxy); Tab's own hosts only while Tab is answered here (`tab`).
+ */
+export const isInterceptedHost = (host: string, tab: boolean) => {
+  const name = canonicalName(host)
+  return isTabHost(name) ? tab : isCursorHost(name)
+}
 
 /** The agent procedures: the turn itself, on either wire. */
 export const agentProcedures: ReadonlyArray<string> = [RUN_PATH, RUN_SSE_PATH, BIDI_APPEND_PATH]
@@ -22,6 +28,8 @@ export interface RoutingTable {
   readonly local: ReadonlySet<string>
   /** No Cursor account: every procedure is answered here (the account calls by a local identity). */
   readonly offline: boolean
+  /** Tab is answered here (its hosts decrypted, its procedures in `local`); off when absent. */
+  readonly tab?: boolean
 }
 
 export type Route = "local" | "origin"

@@ -29,6 +29,8 @@ export interface RpcCall {
   readonly receivedAtMs: number
   /** The request's `x-cursor-client-version`: a binary request's unknown fields are counted under it (`Drift.ts`). */
   readonly clientVersion?: string | undefined
+  /** The request's `x-request-id` (a server stream's: Tab's fate reports name it). */
+  readonly requestId?: string | undefined
 }
 
 /** An RPC's answer: the response message in the call's codec, or the error to answer. */
@@ -90,15 +92,28 @@ export const unary = <In extends DescMessage, Out extends DescMessage>(
   method: "POST",
   path,
   sink: false,
-  serve: (options) => (call) => {
-    const message = decodeIn(call.codec, requestSchema, call.message)
-    // JSON drops unknown fields (`ignoreUnknownFields`): only a binary request has any to count.
-    if (message !== undefined && call.codec === "proto") walkUnknown(requestSchema, message, sinkFor(call.clientVersion))
-    return message === undefined
-      ? Effect.fail(new ConnectError("invalid_argument", `the request body of ${path} is not a valid ${requestSchema.typeName}`))
-      : Effect.map(answer(options, call.receivedAtMs, message, call), (out) => encodeIn(call.codec, responseSchema, out))
-  }
+  serve: (options) => unaryServe(path, requestSchema, responseSchema, (message, call) => answer(options, call.receivedAtMs, message, call))
 })
+
+/** A unary call's answer: the request decoded (its unknown fields counted), `answer`'s message encoded, in the call's codec. */
+export const unaryServe = <In extends DescMessage, Out extends DescMessage, E = never>(
+  path: Path,
+  requestSchema: In,
+  responseSchema: Out,
+  answer: (message: MessageShape<In>, call: RpcCall) => Effect.Effect<MessageShape<Out>, E>
+) =>
+(call: RpcCall): Effect.Effect<Uint8Array, ConnectError | E> => {
+  const message = decodeRequest(path, requestSchema, call)
+  return message instanceof ConnectError ? Effect.fail(message) : Effect.map(answer(message, call), (out) => encodeIn(call.codec, responseSchema, out))
+}
+
+/** A call's request message, its unknown fields counted (`Drift.ts`), or the error that it is not one. */
+export const decodeRequest = <In extends DescMessage>(path: Path, requestSchema: In, call: RpcCall): MessageShape<In> | ConnectError => {
+  const message = decodeIn(call.codec, requestSchema, call.message)
+  // JSON drops unknown fields (`ignoreUnknownFields`): only a binary request has any to count.
+  if (message !== undefined && call.codec === "proto") walkUnknown(requestSchema, message, sinkFor(call.clientVersion))
+  return message === undefined ? new ConnectError("invalid_argument", `the request body of ${path} is not a valid ${requestSchema.typeName}`) : message
+}
 
 /** Accepts any body up to `maxSinkBytes` and answers an empty `responseSchema`. */
 export const sink = <Out extends DescMessage>(path: Path, responseSchema: Out): Procedure => ({

@@ -1,0 +1,96 @@
+/**
+ * The FIM calls in flight, shared: a call runs in a fiber of its own and keeps the completion
+ * it has so far; each request served from it is a consumer that is told every change, in the
+ * upstream read that brought it (no fiber between the provider's bytes and the client's
+ * frame). A call whose last consumer leaves is interrupted, which aborts its HTTP request;
+ * a call can also be superseded (interrupted whatever its consumers). Kept a short while after
+ * its end, so an identical request answers from it.
+ */
+import { Cause, Effect, Exit, Option, Stream } from "effect"
+import type { Fiber } from "effect"
+import type { FimError, FimEvent } from "../Tab.js"
+
+export type CallEnd =
+  | { readonly _tag: "Done"; readonly inputTokens: number; readonly outputTokens: number }
+  | { readonly _tag: "Failed"; readonly error: FimError }
+  | { readonly _tag: "Interrupted" }
+
+export class Call {
+  /** The raw completion so far. */
+  text = ""
+  end: CallEnd | undefined = undefined
+  endedAt = 0
+  /** When the first text arrived (ms, the clock `now` gives), 0 before. */
+  firstTextAt = 0
+  private readonly listeners = new Set<() => void>()
+  private consumers = 0
+  private fiber: Fiber.RuntimeFiber<void, FimError> | undefined = undefined
+
+  constructor(readonly key: string, readonly file: string, readonly startedAt: number) {}
+
+  /** Runs `events` (the upstream call) in a fiber of `runFork`'s; `now` stamps the first text and the end. */
+  start(events: Stream.Stream<FimEvent, FimError>, runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>, now: () => number) {
+    const fiber = runFork(Stream.runForEach(events, (event) =>
+      Effect.sync(() => {
+        if (event._tag === "Text") {
+          if (event.text === "") return
+          if (this.firstTextAt === 0) this.firstTextAt = now()
+          this.text += event.text
+          this.notify()
+        } else {
+          this.finish({ _tag: "Done", inputTokens: event.inputTokens, outputTokens: event.outputTokens }, now())
+        }
+      })))
+    this.fiber = fiber
+    fiber.addObserver((exit) => {
+      if (this.end !== undefined) return
+      if (Exit.isSuccess(exit)) return this.finish({ _tag: "Done", inputTokens: 0, outputTokens: 0 }, now())
+      const failure = Cause.failureOption(exit.cause)
+      this.finish(Option.isSome(failure) ? { _tag: "Failed", error: failure.value } : { _tag: "Interrupted" }, now())
+    })
+  }
+
+  /** Stops the upstream call (its request aborted); the consumers are told it was interrupted. */
+  interrupt(now: number) {
+    if (this.end !== undefined) return
+    this.finish({ _tag: "Interrupted" }, now)
+    const fiber = this.fiber
+    if (fiber !== undefined) fiber.unsafeInterruptAsFork(fiber.id())
+  }
+
+  /**
+   * Follows the call until its end: `onChange` at once with what it has, then at every change
+   * (in the call that brought it). Leaving early (interruption) interrupts the call when no
+   * other consumer follows it.
+   */
+  follow(onChange: (call: Call) => void, now: () => number): Effect.Effect<CallEnd> {
+    return Effect.async<CallEnd>((resume) => {
+      this.consumers++
+      const listener = () => {
+        onChange(this)
+        if (this.end === undefined) return
+        this.listeners.delete(listener)
+        this.consumers--
+        resume(Effect.succeed(this.end))
+      }
+      this.listeners.add(listener)
+      listener()
+      return Effect.sync(() => {
+        if (!this.listeners.delete(listener)) return
+        this.consumers--
+        if (this.consumers === 0) this.interrupt(now())
+      })
+    })
+  }
+
+  private finish(end: CallEnd, at: number) {
+    if (this.end !== undefined) return
+    this.end = end
+    this.endedAt = at
+    this.notify()
+  }
+
+  private notify() {
+    for (const listener of [...this.listeners]) listener()
+  }
+}
