@@ -18,6 +18,7 @@ import * as Start from "./start.js"
 import * as Soak from "./soak.js"
 import * as Sse from "./sse.js"
 import * as Store from "./store.js"
+import * as Tab from "./tab.js"
 import * as Throughput from "./throughput.js"
 
 const benches: Record<string, () => Promise<string>> = {
@@ -35,6 +36,7 @@ const benches: Record<string, () => Promise<string>> = {
   start: async () => (await Start.run()).markdown,
   proxy: async () => (await Proxy.run()).markdown,
   proxyLeaves: async () => (await ProxyLeaves.run()).markdown,
+  tab: async () => (await Tab.run()).markdown,
   // Ten minutes: last, so the figures above come first.
   soak: async () => (await Soak.run()).markdown
 }

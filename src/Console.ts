@@ -22,6 +22,10 @@
  * - `GET /console/captures`: the capture files (capture mode), with a download link
  *   (`/console/captures/:name`, to a client on a loopback address only, as the messages).
  *
+ * - `GET /console/tab`: Tab (Cursor's completions from the user's FIM model): on or off, the model,
+ *   provider and FIM wire it answers from, and per model its requests, calls, time to the first
+ *   suggestion, tokens, cost and acceptance rate since the server started (`console/TabPage.ts`).
+ *
  * Only GET routes, and nothing here writes. Who may read is `console/Access.ts` (a non-loopback
  * host requires the configured token). No page shows a key: of the configuration only model and
  * provider ids, wire APIs and base URLs are rendered, and each response is redacted of the
@@ -42,8 +46,10 @@ import * as Captures from "./console/Captures.js"
 import { rangeOf } from "./console/Charts.js"
 import * as Data from "./console/Data.js"
 import * as Pages from "./console/Pages.js"
+import * as TabPage from "./console/TabPage.js"
 import { redact } from "./internal/Secrets.js"
 import { Store } from "./Store.js"
+import { Tab } from "./tab/Service.js"
 import { Sessions } from "./transport/Sessions.js"
 
 const SECURITY_HEADERS = {
@@ -61,6 +67,7 @@ interface Services {
   readonly live: Context.Tag.Service<LiveConfig>
   readonly store: Context.Tag.Service<Store>
   readonly sessions: Context.Tag.Service<Sessions>
+  readonly tab: Context.Tag.Service<Tab>
 }
 
 interface RequestContext {
@@ -187,10 +194,15 @@ const callRoute = ({ live, store }: Services) => guarded(live, (context) =>
   })
 )
 
-/** The console's GET routes (they need the store, the sessions and the running configuration). */
-export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter | Store | Sessions | LiveConfig> = HttpLayerRouter.use((router) =>
+/** Tab: whether it is on, on what, and its figures per model since the server started (in memory, not the store). */
+const tabRoute = ({ live, tab }: Services) => guarded(live, (context) =>
+  Effect.sync(() => htmlResponse(context, TabPage.tabPage(TabPage.tabView(tab.settings(), tab.stats.snapshot()), context.links, context.nonce)))
+)
+
+/** The console's GET routes (they need the store, the sessions, Tab and the running configuration). */
+export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter | Store | Sessions | Tab | LiveConfig> = HttpLayerRouter.use((router) =>
   Effect.gen(function*() {
-    const services: Services = { live: yield* LiveConfig, store: yield* Store, sessions: yield* Sessions }
+    const services: Services = { live: yield* LiveConfig, store: yield* Store, sessions: yield* Sessions, tab: yield* Tab }
     const overview = overviewRoute(services)
     yield* router.add("GET", "/console", overview)
     yield* router.add("GET", "/console/conversations/:id", conversationRoute(services))
@@ -199,5 +211,6 @@ export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter |
     yield* router.add("GET", "/console/calls/:id", callRoute(services))
     yield* router.add("GET", "/console/captures", capturesRoute(services))
     yield* router.add("GET", "/console/captures/:name", captureFileRoute(services))
+    yield* router.add("GET", TabPage.TAB_PATH, tabRoute(services))
   })
 )

@@ -5,14 +5,14 @@
  */
 import { Schema } from "effect"
 import { PriceConfig } from "../llm/Router.js"
-import type { ProviderConfig } from "../llm/Router.js"
+import type { ProviderConfig, RouterConfig } from "../llm/Router.js"
 import type { FimApi } from "../tab/Fim.js"
 import { defaultFileLimits } from "../tab/Files.js"
 import type { TabSettings } from "../tab/Service.js"
 import { defaultLimits } from "../Tab.js"
 import { Bytes, HttpUrl } from "./Fields.js"
 
-const FimApiField = Schema.Literal("openai-completions", "mistral-fim", "llamacpp-infill")
+const TabApiField = Schema.Literal("openai-completions", "mistral-fim", "llamacpp-infill", "chat")
 const Positive = Schema.Int.pipe(Schema.positive())
 
 export const TabFileConfig = Schema.Struct({
@@ -20,8 +20,11 @@ export const TabFileConfig = Schema.Struct({
   provider: Schema.String,
   /** The model's name at that provider, e.g. `qwen2.5-coder:7b`, `codestral-latest`. */
   model: Schema.String,
-  /** The FIM wire; by default `openai-completions` for an `openai-chat` provider (vLLM, Ollama, DeepSeek beta). */
-  api: Schema.optional(FimApiField),
+  /**
+   * The FIM wire; by default `openai-completions` for an `openai-chat` provider (vLLM, Ollama,
+   * DeepSeek beta), and `chat` (an edit prompt through the provider's chat API) for the others.
+   */
+  api: Schema.optional(TabApiField),
   /** Another base URL than the provider's (DeepSeek's FIM is at `https://api.deepseek.com/beta`). */
   baseUrl: Schema.optional(HttpUrl),
   price: Schema.optional(PriceConfig),
@@ -44,20 +47,31 @@ export const TabFileConfig = Schema.Struct({
 })
 export type TabFileConfig = typeof TabFileConfig.Type
 
-/** The FIM wire a provider's API has, when it has one. */
-const defaultApiOf = (api: ProviderConfig["api"]): FimApi | undefined => (api === "openai-chat" ? "openai-completions" : undefined)
+/** The FIM wire a provider's API has: OpenAI Completions beside OpenAI Chat, else an edit prompt on its chat API. */
+const defaultApiOf = (api: ProviderConfig["api"]): FimApi | "chat" => (api === "openai-chat" ? "openai-completions" : "chat")
+
+/** The one-model router a chat-served Tab calls (`tab/Chat.ts`): no retries (a late suggestion is no use), the Tab timeout as the idle timeout. */
+const chatRouterOf = (provider: ProviderConfig, tab: TabFileConfig, baseUrl: string): RouterConfig => ({
+  providers: [{ ...provider, baseUrl }],
+  models: [{ id: "tab", provider: provider.id, upstreamModel: tab.model, ...(tab.price === undefined ? {} : { price: tab.price }) } as RouterConfig["models"][number]],
+  defaultModel: "tab",
+  retry: { maxRetries: 0, initialDelayMs: 0, maxDelayMs: 0, maxRetryAfterMs: 0, jitter: 0, idleTimeoutMs: tab.timeoutMs }
+})
 
 /** The Tab settings of a `tab` section, its provider resolved (undefined: no section, Tab off); `tabProblems` says what a section names wrongly. */
 export const tabOf = (tab: TabFileConfig | undefined, providers: ReadonlyArray<ProviderConfig>): TabSettings | undefined => {
   if (tab === undefined) return undefined
   const provider = providers.find((p) => p.id === tab.provider)
-  const api = tab.api ?? (provider === undefined ? undefined : defaultApiOf(provider.api)) ?? "openai-completions"
+  const api = tab.api ?? (provider === undefined ? "openai-completions" : defaultApiOf(provider.api))
+  const baseUrl = tab.baseUrl ?? provider?.baseUrl ?? ""
   return {
     model: `${tab.provider}/${tab.model}`,
+    api,
+    chat: api === "chat" && provider !== undefined ? chatRouterOf(provider, tab, baseUrl) : undefined,
     target: {
       provider: tab.provider,
-      api,
-      baseUrl: tab.baseUrl ?? provider?.baseUrl ?? "",
+      api: api === "chat" ? "openai-completions" : api,
+      baseUrl,
       apiKey: provider?.apiKey ?? Schema.decodeSync(Schema.Redacted(Schema.String))(""),
       headers: provider?.headers ?? {},
       model: tab.model,
@@ -71,16 +85,12 @@ export const tabOf = (tab: TabFileConfig | undefined, providers: ReadonlyArray<P
   }
 }
 
-/** What a `tab` section names wrongly, one line each: a provider not configured, a provider with no FIM wire and no `api`. */
+/** What a `tab` section names wrongly, one line each: a provider not configured. */
 export const tabProblems = (tab: TabFileConfig | undefined, providers: ReadonlyArray<Pick<ProviderConfig, "id" | "api">>): ReadonlyArray<string> => {
   if (tab === undefined) return []
-  const provider = providers.find((p) => p.id === tab.provider)
-  if (provider === undefined) {
+  if (!providers.some((p) => p.id === tab.provider)) {
     const ids = providers.map((p) => p.id)
     return [`tab.provider: names provider ${JSON.stringify(tab.provider)}, which is not configured: name one of providers[].id (${ids.length === 0 ? "none" : ids.join(", ")}) or add it to providers`]
-  }
-  if (tab.api === undefined && defaultApiOf(provider.api) === undefined) {
-    return [`tab.api: provider ${provider.id} speaks ${provider.api}, which has no fill-in-the-middle endpoint: set tab.api (openai-completions, mistral-fim or llamacpp-infill) and tab.baseUrl, or name a provider that has one`]
   }
   return []
 }

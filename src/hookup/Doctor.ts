@@ -4,8 +4,9 @@
  * only our CA trusted, and a procedure it must answer locally); the CA, the OS's trust in it
  * and Cursor's settings from their files (with the agent path they select: HTTP/1.1 through the
  * proxy, or HTTP/2 on the TLS listener); the provider keys and each configured model by a
- * one-token request (`doctor/Models.ts`). A server that is not running is one line, and nothing
- * is printed before the table.
+ * one-token request (`doctor/Models.ts`), and Tab's FIM model, when configured, by one
+ * completion (`doctor/Tab.ts`). A server that is not running is one line, and nothing is
+ * printed before the table.
  */
 import * as FileSystem from "@effect/platform/FileSystem"
 import { Console, Duration, Effect, Either, Option, Schema } from "effect"
@@ -17,6 +18,7 @@ import * as Ca from "./Ca.js"
 import * as CursorSettings from "./CursorSettings.js"
 import type { Check, Status } from "./doctor/Check.js"
 import * as Models from "./doctor/Models.js"
+import * as TabCheck from "./doctor/Tab.js"
 import { describePath, proxyUrlFor, settingsPathOf } from "./Setup.js"
 import { openTcp } from "./proxy/Upstream.js"
 import * as Trust from "./Trust.js"
@@ -209,6 +211,7 @@ export const checks = (options: CheckOptions) =>
     const keyVariables = options.keyVariables ?? {}
     results.push(...Models.keysCheck(config, keyVariables))
     results.push(...yield* Models.modelChecks(config, keyVariables))
+    results.push(...yield* TabCheck.tabChecks(config, keyVariables))
     return results
   })
 

@@ -20,6 +20,8 @@ export class Call {
   text = ""
   end: CallEnd | undefined = undefined
   endedAt = 0
+  /** Its usage is counted (once, by the first request that saw its end). */
+  counted = false
   /** When the first text arrived (ms, the clock `now` gives), 0 before. */
   firstTextAt = 0
   private readonly listeners = new Set<() => void>()

@@ -9,7 +9,9 @@
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Context, Effect, FiberSet, Layer } from "effect"
 import { createHash } from "node:crypto"
-import type { PriceConfig } from "../llm/Router.js"
+import * as Router from "../llm/Router.js"
+import type { PriceConfig, RouterConfig } from "../llm/Router.js"
+import * as Chat from "./Chat.js"
 import type { FimError, TabLimits, TabRequest } from "../Tab.js"
 import type { CallEnd } from "./Calls.js"
 import { Call } from "./Calls.js"
@@ -25,7 +27,11 @@ import { continues, trimCompletion } from "./Trim.js"
 export interface TabSettings {
   /** The name Tab's figures are kept under: `provider/model`. */
   readonly model: string
+  /** How the model is asked: a FIM wire, or `chat` (an edit prompt on its chat API, `Chat.ts`). */
+  readonly api: FimTarget["api"] | "chat"
   readonly target: FimTarget
+  /** With `api` chat: the one-model router (`tab`) the call goes through. */
+  readonly chat: RouterConfig | undefined
   readonly limits: TabLimits
   readonly price: PriceConfig | undefined
   /** How long a finished call answers an identical request. */
@@ -88,6 +94,8 @@ export const make = (current: () => TabSettings | undefined) =>
   Effect.gen(function*() {
     const dispatcher = yield* NodeHttpClient.Dispatcher
     const runFork = yield* FiberSet.makeRuntime<never>()
+    // The chat-served Tab's router, on the running settings' one-model table.
+    const chatLlm = yield* Router.makeLive(() => current()?.chat ?? { providers: [], models: [] })
     const files = Files.make(current()?.files)
     const stats = new TabStats()
     const inFlight = new Map<string, Call>()
@@ -110,13 +118,14 @@ export const make = (current: () => TabSettings | undefined) =>
       if (running !== undefined) running.interrupt(now())
       const call = new Call(key, file, now())
       inFlight.set(file, call)
-      call.start(Fim.stream(dispatcher, settings.target, prompt), runFork, now)
+      call.start(settings.chat === undefined ? Fim.stream(dispatcher, settings.target, prompt) : Chat.stream(chatLlm, prompt), runFork, now)
       return { call, shared: false }
     }
 
     const settle = (settings: TabSettings, call: Call, end: CallEnd) => {
       if (inFlight.get(call.file) === call) inFlight.delete(call.file)
-      if (end._tag !== "Done") return
+      if (end._tag !== "Done" || call.counted) return
+      call.counted = true
       finished.set(call.key, call)
       for (const [key, old] of finished) {
         if (now() - old.endedAt <= settings.shareMs) break
@@ -160,6 +169,7 @@ export const make = (current: () => TabSettings | undefined) =>
 
         const prompt = promptOf(request, settings.limits)
         const { call, shared } = callFor(settings, keyOf(settings, prompt), file, prompt)
+        if (shared) stats.shared(settings.model)
         const end = yield* call.follow((c) => send(nextPiece(sent, c.text, false, prompt, settings.limits)), now)
         settle(settings, call, end)
         if (end._tag === "Failed") {

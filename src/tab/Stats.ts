@@ -58,6 +58,11 @@ export class TabStats {
     Metrics.countTab(model, outcome)
   }
 
+  /** A request answered by a call another request started. */
+  shared(model: string) {
+    this.of(model).shared++
+  }
+
   firstSuggestion(model: string, ms: number) {
     const list = this.of(model).firstSuggestionMs
     list.push(ms)

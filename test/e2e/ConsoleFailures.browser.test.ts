@@ -125,7 +125,8 @@ describe("Console in Chromium: failures", () => {
         ["overview-420", "/console"],
         ["conversation-420", `/console/conversations/${Down.CONVERSATION}`],
         ["call-420", `/console/calls/${encodeURIComponent(calls[0]!.callId)}`],
-        ["log-420", "/console/calls"]
+        ["log-420", "/console/calls"],
+        ["tab-420", "/console/tab"]
       ] as const
       for (const [name, path] of narrow) {
         yield* goto(page, `${app.baseUrl}${path}`)

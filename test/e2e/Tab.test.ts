@@ -197,6 +197,23 @@ describe("Tab: StreamCpp from the user's FIM model", () => {
     }))
 })
 
+describe("Tab on a chat model (no FIM endpoint)", () => {
+  it.scopedLive("an Anthropic provider serves Tab with an edit prompt; a fenced answer is unfenced", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make({ config: { tab: { provider: "fake-anthropic", model: "claude-tab" } } })
+      const client = createClient(AiService, transportOf("connect", app.baseUrl, "1.1"))
+      app.provider.enqueue(FakeProvider.sse(FakeProvider.anthropic.text("```ts\nitem\n```", 4)))
+      const frames = yield* collect(client, streamRequest())
+      expect(app.provider.requests[0]!.path).toBe("/v1/messages")
+      const body = bodyOf(app.provider, 0)
+      expect(body["model"]).toBe("claude-tab")
+      const user = JSON.stringify(body["messages"])
+      expect(user).toContain("sum += <|CURSOR|>\\n  }")
+      expect(frames.slice(2, -1).map((f) => f.text).join("")).toBe("    sum += item")
+      expect(frames.at(-1)!.doneStream).toBe(true)
+    }))
+})
+
 describe("Tab off", () => {
   it.scopedLive("StreamCpp is refused readably and CppConfig says Tab is off", () =>
     Effect.gen(function*() {
