@@ -4,9 +4,10 @@
  * Layout as `latency.ts`: the server alone in a child process (precompiled, a `tab` section
  * pointing at the fake provider), the stamped fake FIM provider (`support/fimProvider.ts`) and
  * the clients in this process, so every stamp is `performance.now()` on one clock. An editor is
- * an official Connect client (`@connectrpc/connect-node`, Connect over HTTP/1.1, its own
- * keep-alive agent) sending `StreamCpp` for its own file, one request at a time; `editors` of
- * them run at once. Each request's file carries a marker naming it, so no two prompts are alike
+ * a lean Connect client (a `node:http` request with its own keep-alive agent, the request's one
+ * envelope written whole, the answer's envelopes split and decoded as they come: the relay
+ * client's cost plus the decode, so the table is the server's, not a client library's) sending
+ * `StreamCpp` for its own file, one request at a time; `editors` of them run at once. Each request's file carries a marker naming it, so no two prompts are alike
  * (no shared call, no typing through). What is timed:
  *
  * 1. request sent (just before the client's call) → the provider has the upstream request's body;
@@ -20,22 +21,18 @@
  * The floor for 1 and 2 is the relay (`support/relay.ts`, a bare `node:http` pass-through in a
  * child of its own) in the same run: each relay "editor" posts the exact body the server sends
  * upstream (`Fim.requestOf`) with a keep-alive agent and stamps the first body read holding
- * text. The relay client reads raw bytes while the Connect client decodes messages: its small
- * decode cost is in the server's figures. At each level, after a warm-up, relay and server run
+ * text. `BENCH_TAB_PROFILE=<file>` writes a CPU profile of the server over the measured rounds. At each level, after a warm-up, relay and server run
  * back to back (which goes first alternates between levels), then the supersede pairs.
  *
  *   node_modules/.bin/tsx bench/tab.ts [requests] [warmup]
  */
-import { create } from "@bufbuild/protobuf"
-import { createClient } from "@connectrpc/connect"
-import type { Client } from "@connectrpc/connect"
-import { createConnectTransport } from "@connectrpc/connect-node"
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf"
 import { Redacted } from "effect"
 import * as http from "node:http"
 import { performance } from "node:perf_hooks"
 import { pathToFileURL } from "node:url"
-import { AiService } from "../src/gen/aiserver/v1/aiserver_pb.js"
-import { StreamCppRequestSchema } from "../src/gen/aiserver/v1/tab_pb.js"
+import { StreamCppRequestSchema, StreamCppResponseSchema } from "../src/gen/aiserver/v1/tab_pb.js"
+import { ConnectError, envelope, FLAG_END_STREAM, splitEnvelopes } from "../src/transport/Connect.js"
 import type { StreamCppRequest } from "../src/gen/aiserver/v1/tab_pb.js"
 import { defaultLimits } from "../src/Tab.js"
 import type { TabRequest } from "../src/Tab.js"
@@ -100,9 +97,40 @@ interface Sample {
 }
 
 interface Editor {
-  readonly client: Client<typeof AiService>
+  readonly baseUrl: string
   readonly agent: http.Agent
 }
+
+/** One `StreamCpp` on `editor`'s connection: resolves at its end with when its first suggestion text came (NaN: none). */
+const streamCpp = (editor: Editor, request: StreamCppRequest): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const body = envelope(0, toBinary(StreamCppRequestSchema, request))
+    const call = http.request(`${editor.baseUrl}/aiserver.v1.AiService/StreamCpp`, {
+      method: "POST",
+      agent: editor.agent,
+      headers: { "content-type": "application/connect+proto", "connect-protocol-version": "1", "content-length": body.length }
+    }, (response) => {
+      let firstTextAt = Number.NaN
+      let rest: Uint8Array = new Uint8Array(0)
+      response.on("data", (chunk: Buffer) => {
+        const split = splitEnvelopes(rest.length === 0 ? chunk : Buffer.concat([rest, chunk]), 1 << 20)
+        if (split instanceof ConnectError) return reject(split)
+        rest = split.rest
+        for (const { flags, payload } of split.envelopes) {
+          if ((flags & FLAG_END_STREAM) !== 0) {
+            const end = JSON.parse(Buffer.from(payload).toString("utf8")) as { error?: { message: string } }
+            if (end.error !== undefined) reject(new Error(`StreamCpp: ${end.error.message}`))
+          } else if (Number.isNaN(firstTextAt) && fromBinary(StreamCppResponseSchema, payload).text !== "") {
+            firstTextAt = performance.now()
+          }
+        }
+      })
+      response.on("end", () => resolve(firstTextAt))
+      response.on("error", reject)
+    })
+    call.on("error", reject)
+    call.end(body)
+  })
 
 /** `editors` loops at once, each `ceil(total / editors)` calls of `run` one after another. */
 const byEditors = async <A>(editors: number, total: number, run: (editor: number, index: number) => Promise<A>): Promise<Array<A>> => {
@@ -115,18 +143,11 @@ const byEditors = async <A>(editors: number, total: number, run: (editor: number
   return (await Promise.all(loops)).flat()
 }
 
-const drain = async (stream: AsyncIterable<unknown>) => {
-  for await (const _ of stream) void _
-}
-
 /** One `StreamCpp` through the server, and the provider's stamps of its call. */
 const serverCall = async (provider: Fim.FimProvider, editor: Editor, file: number, id: string): Promise<Sample> => {
   const request = streamCppOf(tabRequestOf(file, id, false))
   const sentAt = performance.now()
-  let firstTextAt = Number.NaN
-  for await (const message of editor.client.streamCpp(request)) {
-    if (Number.isNaN(firstTextAt) && message.text !== "") firstTextAt = performance.now()
-  }
+  const firstTextAt = await streamCpp(editor, request)
   const stamps = provider.stamps(id)
   if (stamps === undefined) throw new Error(`server: the provider never got ${id}`)
   if (Number.isNaN(firstTextAt)) throw new Error(`server: ${id} had no suggestion text`)
@@ -160,11 +181,11 @@ const relayCall = (provider: Fim.FimProvider, relayUrl: string, agent: http.Agen
 
 /** A stalled request, then one superseding it: the second's send → the first upstream connection closed. */
 const supersede = async (provider: Fim.FimProvider, editor: Editor, file: number, id: string): Promise<number> => {
-  const first = drain(editor.client.streamCpp(streamCppOf(tabRequestOf(file, `${id}a`, true))))
+  const first = streamCpp(editor, streamCppOf(tabRequestOf(file, `${id}a`, true)))
   await withTimeout(provider.received(`${id}a`), WAIT_MS, `supersede ${id}: the stalled request`)
   const aborted = provider.aborted(`${id}a`)
   const sentAt = performance.now()
-  const second = drain(editor.client.streamCpp(streamCppOf(tabRequestOf(file, `${id}b`, false))))
+  const second = streamCpp(editor, streamCppOf(tabRequestOf(file, `${id}b`, false)))
   const stamps = await withTimeout(aborted, WAIT_MS, `supersede ${id}: the first call's abort`)
   await withTimeout(Promise.all([first, second]), WAIT_MS, `supersede ${id}: both streams' end`)
   return stamps.closedAt - sentAt
@@ -178,14 +199,15 @@ export const run = async (options: TabOptions = {}) => {
   const levels = options.levels ?? [1, 8]
   const loadBefore = loadAverage()
   const provider = await Fim.start({ restMs: options.restMs ?? 5 })
-  const server = await startServer(provider.baseUrl, { config: { tab: { provider: "bench", model: "bench-fim" } } })
+  // Under tsx (BENCH_TSX=1) a profile names src/ files and lines.
+  const server = await startServer(provider.baseUrl, { config: { tab: { provider: "bench", model: "bench-fim" } }, compiled: process.env["BENCH_TSX"] !== "1" })
   const relay = await startRelay(provider.baseUrl)
   const opened: Array<http.Agent> = []
   const editorsOf = (count: number): Array<Editor> =>
     Array.from({ length: count }, () => {
       const agent = new http.Agent({ keepAlive: true })
       opened.push(agent)
-      return { agent, client: createClient(AiService, createConnectTransport({ baseUrl: server.baseUrl, httpVersion: "1.1", useBinaryFormat: true, nodeOptions: { agent } })) }
+      return { agent, baseUrl: server.baseUrl }
     })
   let sequence = 0
   const rows: Array<{ editors: number; server: Array<Sample>; relay: Array<Sample>; supersede: Array<number> }> = []
@@ -199,10 +221,13 @@ export const run = async (options: TabOptions = {}) => {
       await onServer(warmup)
       await superseding(warmup)
       provider.reset()
+      const profile = process.env["BENCH_TAB_PROFILE"]
+      if (profile !== undefined && level === levels.length - 1) await server.profileStart()
       const serverFirst = level % 2 === 1
       const a = serverFirst ? await onServer(requests) : await onRelay(requests)
       const b = serverFirst ? await onRelay(requests) : await onServer(requests)
       const superseded = await superseding(requests)
+      if (profile !== undefined && level === levels.length - 1) await server.profileStop(profile)
       provider.reset()
       rows.push({ editors: count, server: serverFirst ? a : b, relay: serverFirst ? b : a, supersede: superseded })
     }

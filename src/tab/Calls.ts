@@ -6,7 +6,7 @@
  * a call can also be superseded (interrupted whatever its consumers). Kept a short while after
  * its end, so an identical request answers from it.
  */
-import { Cause, Effect, Exit, Option, Stream } from "effect"
+import { Cause, Effect, Exit, Option } from "effect"
 import type { Fiber } from "effect"
 import type { FimError, FimEvent } from "../Tab.js"
 
@@ -30,19 +30,27 @@ export class Call {
 
   constructor(readonly key: string, readonly file: string, readonly startedAt: number) {}
 
-  /** Runs `events` (the upstream call) in a fiber of `runFork`'s; `now` stamps the first text and the end. */
-  start(events: Stream.Stream<FimEvent, FimError>, runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>, now: () => number) {
-    const fiber = runFork(Stream.runForEach(events, (event) =>
-      Effect.sync(() => {
+  /**
+   * Runs the upstream call in a fiber of `runFork`'s: `run` hands it the callback its events
+   * go to (in the network read that brought them); `now` stamps the first text and the end.
+   */
+  start(run: (onEvents: (events: ReadonlyArray<FimEvent>) => void) => Effect.Effect<void, FimError>, runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>, now: () => number) {
+    const fiber = runFork(run((events) => {
+      let text = false
+      for (const event of events) {
         if (event._tag === "Text") {
-          if (event.text === "") return
+          if (event.text === "") continue
           if (this.firstTextAt === 0) this.firstTextAt = now()
           this.text += event.text
-          this.notify()
+          text = true
         } else {
-          this.finish({ _tag: "Done", inputTokens: event.inputTokens, outputTokens: event.outputTokens }, now())
+          // The answer is whole: its consumers are told now, not once the request's scope closes.
+          if (text) this.notify()
+          return this.finish({ _tag: "Done", inputTokens: event.inputTokens, outputTokens: event.outputTokens }, now())
         }
-      })))
+      }
+      if (text) this.notify()
+    }))
     this.fiber = fiber
     fiber.addObserver((exit) => {
       if (this.end !== undefined) return

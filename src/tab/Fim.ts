@@ -8,7 +8,8 @@
 import { Effect, Mailbox, Redacted, Stream } from "effect"
 import type * as Undici from "undici"
 import { FimError, type FimApi, type FimEvent, type FimPrompt, type FimTarget } from "../Tab.js"
-import { open } from "./fim/Http.js"
+import { open, start } from "./fim/Http.js"
+import type { FimCall } from "./fim/Http.js"
 import { wire as llamaCppInfill } from "./fim/LlamaCppInfill.js"
 import { wire as mistralFim } from "./fim/MistralFim.js"
 import { wire as openAiCompletions } from "./fim/OpenAiCompletions.js"
@@ -43,22 +44,57 @@ export const requestOf = (target: FimTarget, prompt: FimPrompt): { url: string; 
 
 const configError = (target: FimTarget, message: string) => new FimError({ kind: "config", message: `${target.provider}: ${message}` })
 
+/** The prepared call of `prompt` to `target`: its wire, URL, headers and body, or a config error. */
+const callOf = (target: FimTarget, prompt: FimPrompt): FimCall | FimError => {
+  const wire = wires[target.api] as FimWire | undefined
+  if (wire === undefined) return configError(target, `unknown tab.api "${String(target.api)}" (openai-completions, mistral-fim or llamacpp-infill)`)
+  const request = requestOf(target, prompt)
+  let url: URL
+  try {
+    url = new URL(request.url)
+  } catch {
+    return configError(target, `the base URL "${target.baseUrl}" is not a URL`)
+  }
+  return { target, url, headers: request.headers, body: request.body, decoder: wire.makeDecoder(target.provider) }
+}
+
 /**
  * One FIM call as a stream of `FimEvent` (`Text` deltas, then exactly one `Done`), failing
  * with `FimError`. Interrupting the stream's consumer aborts the HTTP request at once (the
  * provider sees the connection closed).
  */
 export const stream = (dispatcher: Undici.Dispatcher, target: FimTarget, prompt: FimPrompt): Stream.Stream<FimEvent, FimError> =>
-  Stream.unwrapScoped(
-    Effect.gen(function*() {
-      const wire = wires[target.api] as FimWire | undefined
-      if (wire === undefined) return yield* configError(target, `unknown tab.api "${String(target.api)}" (openai-completions, mistral-fim or llamacpp-infill)`)
-      const request = requestOf(target, prompt)
-      const url = yield* Effect.try({
-        try: () => new URL(request.url),
-        catch: () => configError(target, `the base URL "${target.baseUrl}" is not a URL`)
-      })
-      const events = yield* open(dispatcher, { target, url, headers: request.headers, body: request.body, decoder: wire.makeDecoder(target.provider) })
-      return Mailbox.toStream(events)
+  Stream.unwrapScoped(Effect.suspend(() => {
+    const call = callOf(target, prompt)
+    return call instanceof FimError ? Effect.fail(call) : Effect.map(open(dispatcher, call), Mailbox.toStream)
+  }))
+
+/**
+ * One FIM call with its events handed to `onEvents` in the network read that brought them
+ * (the Tab service's path: no stream, no fiber, from the request to the provider and back);
+ * succeeds at the call's end, fails with its `FimError`; interrupting it aborts the request.
+ */
+export const run = (dispatcher: Undici.Dispatcher, target: FimTarget, prompt: FimPrompt, onEvents: (events: ReadonlyArray<FimEvent>) => void): Effect.Effect<void, FimError> =>
+  Effect.async<void, FimError>((resume) => {
+    const call = callOf(target, prompt)
+    if (call instanceof FimError) return resume(Effect.fail(call))
+    let ended: FimError | "ok" | undefined
+    let handle: ReturnType<typeof start> | undefined = undefined
+    handle = start(dispatcher, call, {
+      events: onEvents,
+      done: (error) => {
+        if (ended !== undefined) return
+        ended = error ?? "ok"
+        // Closed at its end: drained when whole, so the connection serves the next call.
+        handle?.close()
+        resume(error === undefined ? Effect.void : Effect.fail(error))
+      }
     })
-  )
+    // Ended within `start` (a request undici refused at once): closed now that the handle exists.
+    if (ended !== undefined) handle?.close()
+    return Effect.sync(() => {
+      if (ended !== undefined) return
+      ended = "ok"
+      handle?.close()
+    })
+  })

@@ -7,8 +7,9 @@
  * line shows they stay (`Trim.ts` decides what stays), the rest at the end.
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Context, Effect, FiberSet, Layer } from "effect"
+import { Context, Effect, FiberSet, Layer, Stream } from "effect"
 import { createHash } from "node:crypto"
+import { URGENT } from "../internal/Scheduler.js"
 import * as Router from "../llm/Router.js"
 import type { PriceConfig, RouterConfig } from "../llm/Router.js"
 import * as Chat from "./Chat.js"
@@ -93,7 +94,8 @@ export const nextPiece = (sent: string, completion: string, done: boolean, promp
 export const make = (current: () => TabSettings | undefined) =>
   Effect.gen(function*() {
     const dispatcher = yield* NodeHttpClient.Dispatcher
-    const runFork = yield* FiberSet.makeRuntime<never>()
+    // A suggestion is what a client waits on: its call's fiber is urgent, as a request's (`internal/Scheduler.ts`).
+    const runFork = yield* Effect.withSchedulingPriority(FiberSet.makeRuntime<never>(), URGENT)
     // The chat-served Tab's router, on the running settings' one-model table.
     const chatLlm = yield* Router.makeLive(() => current()?.chat ?? { providers: [], models: [] })
     const files = Files.make(current()?.files)
@@ -118,7 +120,13 @@ export const make = (current: () => TabSettings | undefined) =>
       if (running !== undefined) running.interrupt(now())
       const call = new Call(key, file, now())
       inFlight.set(file, call)
-      call.start(settings.chat === undefined ? Fim.stream(dispatcher, settings.target, prompt) : Chat.stream(chatLlm, prompt), runFork, now)
+      call.start(
+        settings.chat === undefined
+          ? (onEvents) => Fim.run(dispatcher, settings.target, prompt, onEvents)
+          : (onEvents) => Stream.runForEach(Chat.stream(chatLlm, prompt), (event) => Effect.sync(() => onEvents([event]))),
+        runFork,
+        now
+      )
       return { call, shared: false }
     }
 

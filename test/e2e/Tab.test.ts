@@ -186,6 +186,24 @@ describe("Tab: StreamCpp from the user's FIM model", () => {
       expect(past[0]!.doneStream).toBe(true)
     }))
 
+  it.scopedLive("a huge file: the prompt is cut to the limits; one past the request limit is refused readably", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make({ config: tabConfig })
+      const client = createClient(AiService, transportOf("connect", app.baseUrl, "1.1"))
+      const filler = Array.from({ length: 60_000 }, (_, i) => `const v${i} = ${i}`).join("\n")
+      const big = `${filler}\n${FILE}`
+      app.provider.enqueue(FakeProvider.sse(FakeProvider.fim.openAiCompletions(["item"])))
+      const frames = yield* collect(client, streamRequest({ contents: big, line: 60_003 }))
+      const prompt = String(bodyOf(app.provider, 0)["prompt"])
+      expect(big.length).toBeGreaterThan(1_000_000)
+      expect(prompt.length).toBeLessThanOrEqual(6_000 + 4_000 + 100)
+      expect(prompt.endsWith("    sum += ")).toBe(true)
+      expect(frames[1]!.rangeToReplace?.startLineNumber).toBe(60_004)
+      const refused = yield* failureOf(client, streamRequest({ contents: "x".repeat(5 * 1024 * 1024) }))
+      expect(refused.code).toBe(Code.ResourceExhausted)
+      expect(app.provider.requests).toHaveLength(1)
+    }))
+
   it.scopedLive("the model failing is a readable unavailable error", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make({ config: tabConfig })

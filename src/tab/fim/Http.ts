@@ -1,12 +1,13 @@
 /**
  * The HTTP shell of one FIM call: POST with undici, a response head within the timeout, the
  * body decoded in undici's own `data` callback (SSE decoder, then the wire's decoder,
- * synchronously) into a mailbox the stream reads, a watchdog for a silent body, and the
- * request aborted when the scope closes before the answer is complete, so an interrupted Tab
+ * synchronously) and handed to a sink (the Tab service's callback, or a mailbox a stream
+ * reads), a watchdog for a silent body, and the request aborted when it is closed before the
+ * answer is complete, so an interrupted Tab
  * request frees the provider at once. `llm/Http.ts`'s shape without retries: a failed Tab
  * request is superseded by the next keystroke.
  */
-import { Duration, Effect, Exit, Mailbox, type Scope } from "effect"
+import { Effect, Exit, Mailbox, type Scope } from "effect"
 import type * as Undici from "undici"
 import { excerpt, readableBody } from "../../llm/common/Errors.js"
 import { makeSseDecoder, SseEventTooLarge } from "../../llm/Sse.js"
@@ -25,10 +26,6 @@ export interface FimCall {
 
 type Body = Undici.Dispatcher.ResponseData["body"]
 
-interface Head {
-  readonly status: number
-  readonly body: Body
-}
 
 /** Longer than this, a JS timer would fire at once: treated as no timeout. */
 const MAX_TIMER_MS = 2 ** 31 - 1
@@ -38,98 +35,97 @@ const DRAIN_LIMIT_BYTES = 1024 * 1024
 
 const isOk = (status: number) => status >= 200 && status < 300
 
-/**
- * Opens the call: the mailbox of its events, ending with the `Done` or failing with a
- * `FimError`. Closing the scope before the answer ended aborts the request; after the
- * final event, the rest of the body is drained (bounded) instead, keeping the connection.
- */
-export const open = (
-  dispatcher: Undici.Dispatcher,
-  call: FimCall
-): Effect.Effect<Mailbox.ReadonlyMailbox<FimEvent, FimError>, FimError, Scope.Scope> =>
-  Effect.gen(function*() {
-    const events = yield* Mailbox.make<FimEvent, FimError>()
-    const reader = makeReader(call, events)
-    const controller = new AbortController()
-    let body: Body | undefined
-    yield* Effect.addFinalizer(() =>
-      Effect.sync(() => {
-        reader.stop()
-        if (body?.readableEnded === true) return
-        if (body !== undefined && call.decoder.finished()) {
-          body.dump({ limit: DRAIN_LIMIT_BYTES, signal: AbortSignal.timeout(call.target.timeoutMs) }).catch(() => undefined)
-        } else {
-          controller.abort()
-        }
-      })
-    )
-    const head = yield* post(dispatcher, call, controller.signal, (head) => {
-      body = head.body
-      if (isOk(head.status)) reader.attach(head.body)
-    })
-    if (!isOk(head.status)) {
-      const text = yield* Effect.tryPromise(() => head.body.text()).pipe(
-        Effect.timeout(Duration.millis(call.target.timeoutMs)),
-        Effect.orElseSucceed(() => "")
-      )
-      return yield* httpError(call, head.status, text)
-    }
-    return events
-  })
+/** Why a call is aborted: it is no longer wanted (superseded, or its client went away). */
+const ABORTED = Object.freeze({ name: "AbortError", message: "the Tab request no longer wants this call" })
+
+/** Where a call's events go: each network read's events at once, then the call's end (a failure, or none). */
+export interface FimSink {
+  readonly events: (events: ReadonlyArray<FimEvent>) => void
+  readonly done: (error: FimError | undefined) => void
+}
 
 /**
- * POSTs the request; succeeds with the head as soon as undici has it (`onHead` sees it in
- * undici's callback, so the body is read from then on, not once this fiber resumes). No head
- * within the timeout fails with `timeout`: a plain timer, cleared by the head, a failure or
- * an interruption; no racing fibers.
+ * Starts the call: POSTs it with undici, its events handed to `sink` in the network read that
+ * brought them (no fiber between), then its end: the `Done`, or a `FimError` (no head within
+ * the timeout, a non-2xx answer in the provider's words, a lost connection, a silent body).
+ * Plain callbacks, no fiber: a Tab request's whole path to the provider runs in the call that
+ * asked. The returned `close` ends it: an answer read to its final event has the rest of its
+ * body drained (bounded, keeping the keep-alive connection), any other is aborted, so the
+ * provider stops at once.
  */
-const post = (
-  dispatcher: Undici.Dispatcher,
-  call: FimCall,
-  signal: AbortSignal,
-  onHead: (head: Head) => void
-): Effect.Effect<Head, FimError> =>
-  Effect.async<Head, FimError>((resume) => {
-    let pending = true
-    const settle = (outcome: Effect.Effect<Head, FimError>) => {
+export const start = (dispatcher: Undici.Dispatcher, call: FimCall, sink: FimSink): { readonly close: () => void } => {
+  const reader = makeReader(call, sink)
+  const controller = new AbortController()
+  let body: Body | undefined
+  let pending = true
+  const { timeoutMs } = call.target
+  const settle = (error: FimError) => {
+    if (!pending) return
+    pending = false
+    clearTimeout(timer)
+    sink.done(error)
+  }
+  const timer = timeoutMs <= MAX_TIMER_MS ? setTimeout(() => settle(timeoutError(call, `no answer within ${timeoutMs} ms`)), timeoutMs) : undefined
+  const fail = (cause: unknown) => settle(networkError(call, "cannot reach", cause))
+  try {
+    dispatcher.request({
+      origin: call.url.origin,
+      path: call.url.pathname + call.url.search,
+      method: "POST",
+      headers: call.headers,
+      body: call.body,
+      signal: controller.signal,
+      // The timeout covers the head (here) and the body (the reader's watchdog).
+      headersTimeout: 0,
+      bodyTimeout: 0
+    }).then((response) => {
       if (!pending) return
       pending = false
       clearTimeout(timer)
-      resume(outcome)
-    }
-    const { timeoutMs } = call.target
-    const timer = timeoutMs <= MAX_TIMER_MS
-      ? setTimeout(() => settle(Effect.fail(timeoutError(call, `no answer within ${timeoutMs} ms`))), timeoutMs)
-      : undefined
-    const fail = (cause: unknown) => settle(Effect.fail(networkError(call, "cannot reach", cause)))
-    try {
-      dispatcher.request({
-        origin: call.url.origin,
-        path: call.url.pathname + call.url.search,
-        method: "POST",
-        headers: call.headers,
-        body: call.body,
-        signal,
-        // The timeout covers the head (here) and the body (the reader's watchdog).
-        headersTimeout: 0,
-        bodyTimeout: 0
-      }).then((response) => {
-        if (!pending) return
-        const head: Head = { status: response.statusCode, body: response.body }
-        try {
-          onHead(head)
-        } catch (cause) {
-          return fail(cause)
-        }
-        settle(Effect.succeed(head))
-      }, fail)
-    } catch (cause) {
-      fail(cause)
-    }
-    return Effect.sync(() => {
+      body = response.body
+      if (isOk(response.statusCode)) return reader.attach(response.body)
+      const status = response.statusCode
+      const read = setTimeout(() => controller.abort(ABORTED), timeoutMs <= MAX_TIMER_MS ? timeoutMs : MAX_TIMER_MS)
+      response.body.text().catch(() => "").then((text) => {
+        clearTimeout(read)
+        sink.done(httpError(call, status, text))
+      })
+    }, fail)
+  } catch (cause) {
+    fail(cause)
+  }
+  return {
+    close: () => {
       pending = false
       clearTimeout(timer)
+      reader.stop()
+      if (body?.readableEnded === true) return
+      if (body !== undefined && call.decoder.finished()) {
+        body.dump({ limit: DRAIN_LIMIT_BYTES, signal: AbortSignal.timeout(timeoutMs) }).catch(() => undefined)
+      } else {
+        // A reason of our own: with none, the abort makes a DOMException and undici an error, each with its stack.
+        controller.abort(ABORTED)
+      }
+    }
+  }
+}
+
+/** The call's events into `sink` until the scope closes (`start`, closed with the scope). */
+export const openInto = (dispatcher: Undici.Dispatcher, call: FimCall, sink: FimSink): Effect.Effect<void, never, Scope.Scope> =>
+  Effect.acquireRelease(Effect.sync(() => start(dispatcher, call, sink)), (handle) => Effect.sync(handle.close)).pipe(Effect.asVoid)
+
+/** Opens the call: the mailbox of its events (`start`'s, offered to it), ending with the `Done` or failing with a `FimError`. */
+export const open = (
+  dispatcher: Undici.Dispatcher,
+  call: FimCall
+): Effect.Effect<Mailbox.ReadonlyMailbox<FimEvent, FimError>, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const events = yield* Mailbox.make<FimEvent, FimError>()
+    yield* openInto(dispatcher, call, {
+      events: (out) => void events.unsafeOfferAll(out),
+      done: (error) => void events.unsafeDone(error === undefined ? Exit.void : Exit.fail(error))
     })
+    return events
   })
 
 /**
@@ -137,7 +133,7 @@ const post = (
  * offered in one batch. A watchdog fails the call once no byte has come for the timeout: it
  * wakes once per timeout period (no timer per read).
  */
-const makeReader = (call: FimCall, events: Mailbox.Mailbox<FimEvent, FimError>) => {
+const makeReader = (call: FimCall, sink: FimSink) => {
   const { decoder } = call
   const sse = makeSseDecoder()
   let lastReadAt = Date.now()
@@ -146,13 +142,13 @@ const makeReader = (call: FimCall, events: Mailbox.Mailbox<FimEvent, FimError>) 
   let source: Body | undefined
 
   const settle = (out: ReadonlyArray<FimEvent>, error: FimError | undefined) => {
-    if (out.length > 0) events.unsafeOfferAll(out)
+    if (out.length > 0) sink.events(out)
     if (error !== undefined) {
       settled = true
-      events.unsafeDone(Exit.fail(error))
+      sink.done(error)
     } else if (decoder.finished()) {
       settled = true
-      events.unsafeDone(Exit.void)
+      sink.done(undefined)
     }
   }
   const onData = (bytes: Buffer) => {
@@ -177,13 +173,13 @@ const makeReader = (call: FimCall, events: Mailbox.Mailbox<FimEvent, FimError>) 
     settle(out, decoder.end(out))
     if (!settled) {
       settled = true
-      events.unsafeDone(Exit.void)
+      sink.done(undefined)
     }
   }
   const onError = (cause: Error) => {
     if (settled) return
     settled = true
-    events.unsafeDone(Exit.fail(networkError(call, "lost the connection to", cause)))
+    sink.done(networkError(call, "lost the connection to", cause))
   }
   const watch = () => {
     watchdog = undefined
@@ -191,7 +187,7 @@ const makeReader = (call: FimCall, events: Mailbox.Mailbox<FimEvent, FimError>) 
     const quietFor = Date.now() - lastReadAt
     if (quietFor >= call.target.timeoutMs) {
       settled = true
-      events.unsafeDone(Exit.fail(timeoutError(call, `the answer stalled for ${call.target.timeoutMs} ms`)))
+      sink.done(timeoutError(call, `the answer stalled for ${call.target.timeoutMs} ms`))
       return
     }
     watchdog = setTimeout(watch, call.target.timeoutMs - quietFor)
