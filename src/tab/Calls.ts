@@ -27,6 +27,8 @@ export class Call {
   private readonly listeners = new Set<() => void>()
   private consumers = 0
   private fiber: Fiber.RuntimeFiber<void, FimError> | undefined = undefined
+  /** Aborts the upstream request at once (set once the request is sent). */
+  private abort: (() => void) | undefined = undefined
 
   constructor(readonly key: string, readonly file: string, readonly startedAt: number) {}
 
@@ -34,7 +36,11 @@ export class Call {
    * Runs the upstream call in a fiber of `runFork`'s: `run` hands it the callback its events
    * go to (in the network read that brought them); `now` stamps the first text and the end.
    */
-  start(run: (onEvents: (events: ReadonlyArray<FimEvent>) => void) => Effect.Effect<void, FimError>, runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>, now: () => number) {
+  start(
+    run: (onEvents: (events: ReadonlyArray<FimEvent>) => void, onAbort: (abort: () => void) => void) => Effect.Effect<void, FimError>,
+    runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>,
+    now: () => number
+  ) {
     const fiber = runFork(run((events) => {
       let text = false
       for (const event of events) {
@@ -50,6 +56,8 @@ export class Call {
         }
       }
       if (text) this.notify()
+    }, (abort) => {
+      this.abort = abort
     }))
     this.fiber = fiber
     fiber.addObserver((exit) => {
@@ -64,6 +72,8 @@ export class Call {
   interrupt(now: number) {
     if (this.end !== undefined) return
     this.finish({ _tag: "Interrupted" }, now)
+    // The provider is told now; the fiber's interruption (a later task) only tidies up.
+    this.abort?.()
     const fiber = this.fiber
     if (fiber !== undefined) fiber.unsafeInterruptAsFork(fiber.id())
   }

@@ -74,7 +74,14 @@ export const stream = (dispatcher: Undici.Dispatcher, target: FimTarget, prompt:
  * (the Tab service's path: no stream, no fiber, from the request to the provider and back);
  * succeeds at the call's end, fails with its `FimError`; interrupting it aborts the request.
  */
-export const run = (dispatcher: Undici.Dispatcher, target: FimTarget, prompt: FimPrompt, onEvents: (events: ReadonlyArray<FimEvent>) => void): Effect.Effect<void, FimError> =>
+export const run = (
+  dispatcher: Undici.Dispatcher,
+  target: FimTarget,
+  prompt: FimPrompt,
+  onEvents: (events: ReadonlyArray<FimEvent>) => void,
+  /** Told how to abort the request at once, in the caller's own call (a supersede need not wait for the fiber's interruption). */
+  onAbort?: (abort: () => void) => void
+): Effect.Effect<void, FimError> =>
   Effect.async<void, FimError>((resume) => {
     const call = callOf(target, prompt)
     if (call instanceof FimError) return resume(Effect.fail(call))
@@ -92,6 +99,11 @@ export const run = (dispatcher: Undici.Dispatcher, target: FimTarget, prompt: Fi
     })
     // Ended within `start` (a request undici refused at once): closed now that the handle exists.
     if (ended !== undefined) handle?.close()
+    else onAbort?.(() => {
+      if (ended !== undefined) return
+      ended = "ok"
+      handle?.close()
+    })
     return Effect.sync(() => {
       if (ended !== undefined) return
       ended = "ok"

@@ -122,7 +122,7 @@ export const make = (current: () => TabSettings | undefined) =>
       inFlight.set(file, call)
       call.start(
         settings.chat === undefined
-          ? (onEvents) => Fim.run(dispatcher, settings.target, prompt, onEvents)
+          ? (onEvents, onAbort) => Fim.run(dispatcher, settings.target, prompt, onEvents, onAbort)
           : (onEvents) => Stream.runForEach(Chat.stream(chatLlm, prompt), (event) => Effect.sync(() => onEvents([event]))),
         runFork,
         now
