@@ -3,19 +3,10 @@
  * DeepSeek's `/beta`): `prompt` before the cursor, `suffix` after it, text deltas in
  * `choices[0].text`.
  */
-import { makeChoiceDecoder, stopField, type FimWire } from "./Wire.js"
+import { makeChoiceDecoder, promptSuffixBody, type FimWire } from "./Wire.js"
 
 export const wire: FimWire = {
   path: "/completions",
-  body: (target, prompt) => ({
-    model: target.model,
-    prompt: prompt.context + prompt.prefix,
-    suffix: prompt.suffix,
-    max_tokens: prompt.maxTokens,
-    temperature: target.temperature ?? 0,
-    ...stopField(prompt.stop),
-    stream: true,
-    stream_options: { include_usage: true }
-  }),
+  body: (target, prompt) => ({ ...promptSuffixBody(target, prompt), stream_options: { include_usage: true } }),
   makeDecoder: (provider) => makeChoiceDecoder(provider, (choice) => choice["text"])
 }

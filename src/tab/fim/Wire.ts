@@ -36,6 +36,17 @@ export const count = (value: unknown): number | undefined =>
 /** `{ stop }` when there are stop sequences: an empty list is left out (some servers refuse `[]`). */
 export const stopField = (stop: ReadonlyArray<string>): Json => (stop.length > 0 ? { stop: [...stop] } : {})
 
+/** The body the OpenAI-style FIM wires share: the text before the cursor as `prompt`, the rest as `suffix`, streamed. */
+export const promptSuffixBody = (target: FimTarget, prompt: FimPrompt): Json => ({
+  model: target.model,
+  prompt: prompt.context + prompt.prefix,
+  suffix: prompt.suffix,
+  max_tokens: prompt.maxTokens,
+  temperature: target.temperature ?? 0,
+  ...stopField(prompt.stop),
+  stream: true
+})
+
 export const decodeError = (provider: string, message: string): FimError =>
   new FimError({ kind: "decode", message: `${provider}: ${message}` })
 
