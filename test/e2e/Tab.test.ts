@@ -5,17 +5,14 @@
  * messages field by field, a superseding request aborting the first call, typing through a
  * suggestion with no second call, file sync reaching the prompt, Tab off, bad requests.
  */
-import { create } from "@bufbuild/protobuf"
-import { Code, ConnectError, createClient } from "@connectrpc/connect"
-import type { Client } from "@connectrpc/connect"
+import { Code } from "@connectrpc/connect"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { AiService } from "../../src/gen/aiserver/v1/aiserver_pb.js"
-import { CppFate, CppService, FileSyncService, StreamCppRequestSchema } from "../../src/gen/aiserver/v1/tab_pb.js"
-import type { StreamCppRequest, StreamCppResponse } from "../../src/gen/aiserver/v1/tab_pb.js"
 import * as AppHarness from "../support/AppHarness.js"
 import * as FakeProvider from "../support/FakeProvider.js"
 import { transportOf } from "../support/OfficialClients.js"
+import { applied, TabClient } from "../support/TabClient.js"
+import type { TabAsk } from "../support/TabClient.js"
 
 const tabConfig = { tab: { provider: "fake-openai", model: "coder-fim", maxLines: 8 } }
 
@@ -30,34 +27,10 @@ const FILE = [
   ""
 ].join("\n")
 
-const streamRequest = (fields: Partial<{ contents: string; line: number; column: number; path: string; rely: boolean }> = {}): StreamCppRequest =>
-  create(StreamCppRequestSchema, {
-    currentFile: {
-      relativeWorkspacePath: fields.path ?? "src/total.ts",
-      contents: fields.contents ?? FILE,
-      cursorPosition: { line: fields.line ?? 3, column: fields.column ?? 11 },
-      languageId: "typescript",
-      relyOnFilesync: fields.rely ?? false
-    },
-    workspaceId: "ws-1",
-    modelName: "coder-fim"
-  })
+const ask = (fields: Partial<TabAsk> = {}): TabAsk => ({ path: "src/total.ts", contents: FILE, line: 3, column: 11, ...fields })
 
-const collect = (client: Client<typeof AiService>, request: StreamCppRequest, signal?: AbortSignal) =>
-  Effect.promise(async () => {
-    const out: Array<StreamCppResponse> = []
-    for await (const message of client.streamCpp(request, signal === undefined ? {} : { signal })) out.push(message)
-    return out
-  })
-
-/** The error a stream ends with, as the Connect client reads it. */
-const failureOf = (client: Client<typeof AiService>, request: StreamCppRequest) =>
-  Effect.flip(Effect.tryPromise({
-    try: async () => {
-      for await (const _ of client.streamCpp(request)) void _
-    },
-    catch: (error) => ConnectError.from(error)
-  }))
+const suggest = (tab: TabClient, request: TabAsk, signal?: AbortSignal) => Effect.promise(() => tab.suggest(request, signal))
+const failureOf = (tab: TabClient, request: TabAsk) => Effect.promise(() => tab.failure(request))
 
 const bodyOf = (provider: FakeProvider.FakeProvider, index: number) => JSON.parse(provider.requests[index]!.body) as Record<string, unknown>
 
@@ -73,9 +46,10 @@ describe("Tab: StreamCpp from the user's FIM model", () => {
       Effect.gen(function*() {
         const app = yield* AppHarness.make({ config: tabConfig })
         const base = protocol === "grpc" ? app.h2cUrl : app.baseUrl
-        const client = createClient(AiService, transportOf(protocol, base, protocol === "grpc" ? "2" : "1.1"))
+        const tab = new TabClient(transportOf(protocol, base, protocol === "grpc" ? "2" : "1.1"))
         app.provider.enqueue(FakeProvider.sse(FakeProvider.fim.openAiCompletions(["item", "\n"])))
-        const frames = yield* collect(client, streamRequest())
+        const suggestion = yield* suggest(tab, ask())
+        const frames = suggestion.frames
         // The provider got the file before and after the cursor, at /completions, with the model.
         expect(app.provider.requests[0]!.path).toBe("/v1/completions")
         const body = bodyOf(app.provider, 0)
@@ -86,23 +60,25 @@ describe("Tab: StreamCpp from the user's FIM model", () => {
         // model_info, the line replaced (1-based), the line's new text, the end.
         expect(frames[0]!.modelInfo).toEqual(expect.objectContaining({ isFusedCursorPredictionModel: false, isMultidiffModel: false }))
         expect(frames[1]!.rangeToReplace).toEqual(expect.objectContaining({ startLineNumber: 4, endLineNumberInclusive: 4 }))
-        expect(frames.slice(2, -1).map((f) => f.text).join("")).toBe("    sum += item")
+        expect(suggestion.text).toBe("    sum += item")
         expect(frames.at(-1)!.doneStream).toBe(true)
+        // Accepted, as Cursor applies it: the cursor's line completed, nothing else changed.
+        expect(applied(FILE, suggestion)).toBe(FILE.replace("    sum += \n", "    sum += item\n"))
       }))
   }
 
   it.scopedLive("a request for the same file supersedes the one in flight: its upstream call is aborted", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make({ config: tabConfig })
-      const client = createClient(AiService, transportOf("connect", app.baseUrl, "1.1"))
+      const tab = new TabClient(transportOf("connect", app.baseUrl, "1.1"))
       app.provider.enqueue(FakeProvider.sse([FakeProvider.fim.openAiCompletions(["ite"])[0]!], { end: "stall" }))
       app.provider.enqueue(FakeProvider.sse(FakeProvider.fim.openAiCompletions(["tem"])))
-      const first = yield* Effect.fork(collect(client, streamRequest()))
+      const first = yield* Effect.fork(suggest(tab, ask()))
       expect(yield* eventually(() => app.provider.requests.length === 1)).toBe(true)
       const edited = FILE.replace("    sum += ", "    sum += i")
-      const second = yield* collect(client, streamRequest({ contents: edited, column: 12 }))
+      const second = yield* suggest(tab, ask({ contents: edited, column: 12 }))
       expect(yield* eventually(() => app.provider.lives[0]?.closedAt !== undefined)).toBe(true)
-      expect(second.slice(2, -1).map((f) => f.text).join("")).toBe("    sum += item")
+      expect(second.text).toBe("    sum += item")
       const firstFrames = yield* first.await
       expect(firstFrames._tag).toBe("Success")
     }))
@@ -110,63 +86,57 @@ describe("Tab: StreamCpp from the user's FIM model", () => {
   it.scopedLive("typing through a suggestion is answered from it, with no second model call", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make({ config: tabConfig })
-      const client = createClient(AiService, transportOf("connect", app.baseUrl, "1.1"))
+      const tab = new TabClient(transportOf("connect", app.baseUrl, "1.1"))
       app.provider.enqueue(FakeProvider.sse(FakeProvider.fim.openAiCompletions(["item * 2"])))
-      yield* collect(client, streamRequest())
+      yield* suggest(tab, ask())
       const typed = FILE.replace("    sum += ", "    sum += it")
-      const again = yield* collect(client, streamRequest({ contents: typed, column: 13 }))
+      const again = yield* suggest(tab, ask({ contents: typed, column: 13 }))
       expect(app.provider.requests).toHaveLength(1)
-      expect(again.slice(2, -1).map((f) => f.text).join("")).toBe("    sum += item * 2")
+      expect(again.text).toBe("    sum += item * 2")
     }))
 
   it.scopedLive("identical requests at once share one call", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make({ config: tabConfig })
-      const client = createClient(AiService, transportOf("connect", app.baseUrl, "1.1"))
+      const tab = new TabClient(transportOf("connect", app.baseUrl, "1.1"))
       app.provider.enqueue(FakeProvider.sse([{ delayMs: 100 }, ...FakeProvider.fim.openAiCompletions(["item"])]))
-      const [a, b] = yield* Effect.all([collect(client, streamRequest()), collect(client, streamRequest())], { concurrency: 2 })
+      const [a, b] = yield* Effect.all([suggest(tab, ask()), suggest(tab, ask())], { concurrency: 2 })
       expect(app.provider.requests).toHaveLength(1)
-      expect(a.slice(2, -1).map((f) => f.text).join("")).toBe("    sum += item")
-      expect(b.slice(2, -1).map((f) => f.text).join("")).toBe("    sum += item")
+      expect(a.text).toBe("    sum += item")
+      expect(b.text).toBe("    sum += item")
     }))
 
   it.scopedLive("synced files: a request relying on sync reads the synced text; another synced file is context", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make({ config: tabConfig })
-      const transport = transportOf("connect", app.baseUrl, "1.1")
-      const client = createClient(AiService, transport)
-      const sync = createClient(FileSyncService, transport)
+      const tab = new TabClient(transportOf("connect", app.baseUrl, "1.1"))
       // Not synced yet: FILE_NOT_FOUND, which Cursor answers by sending the contents.
-      const missing = yield* failureOf(client, streamRequest({ contents: "", rely: true }))
+      const missing = yield* failureOf(tab, ask({ contents: "", relyOnFilesync: true }))
       expect(missing.code).toBe(Code.NotFound)
-      expect(yield* Effect.promise(async () => (await sync.fSIsEnabledForUser({ uuid: "ws-1" })).enabled)).toBe(true)
-      yield* Effect.promise(() => sync.fSUploadFile({ uuid: "ws-1", relativeWorkspacePath: "src/total.ts", contents: FILE, modelVersion: 1 }))
-      yield* Effect.promise(() => sync.fSUploadFile({ uuid: "ws-1", relativeWorkspacePath: "src/util.ts", contents: "export const twice = (n: number) => n * 2\n", modelVersion: 1 }))
+      expect(yield* Effect.promise(async () => (await tab.sync.fSIsEnabledForUser({ uuid: "ws-1" })).enabled)).toBe(true)
+      yield* Effect.promise(() => tab.upload("ws-1", "src/total.ts", FILE))
+      yield* Effect.promise(() => tab.upload("ws-1", "src/util.ts", "export const twice = (n: number) => n * 2\n"))
       app.provider.enqueue(FakeProvider.sse(FakeProvider.fim.openAiCompletions(["twice(item)"])))
-      const frames = yield* collect(client, streamRequest({ contents: "", rely: true }))
+      const frames = yield* suggest(tab, ask({ contents: "", relyOnFilesync: true }))
       const prompt = String(bodyOf(app.provider, 0)["prompt"])
       expect(prompt).toContain("export const twice = (n: number) => n * 2")
       expect(prompt.endsWith("    sum += ")).toBe(true)
-      expect(frames.slice(2, -1).map((f) => f.text).join("")).toBe("    sum += twice(item)")
+      expect(frames.text).toBe("    sum += twice(item)")
     }))
 
   it.scopedLive("the companions: config, models, fates counted for the acceptance rate", () =>
     Effect.gen(function*() {
       // A model of its own: the metrics are the process's, shared with the other tests.
       const app = yield* AppHarness.make({ config: { tab: { provider: "fake-openai", model: "fate-fim" } } })
-      const transport = transportOf("connect", app.baseUrl, "1.1")
-      const ai = createClient(AiService, transport)
-      const cpp = createClient(CppService, transport)
-      const config = yield* Effect.promise(() => ai.cppConfig({}))
+      const tab = new TabClient(transportOf("connect", app.baseUrl, "1.1"))
+      const config = yield* Effect.promise(() => tab.ai.cppConfig({}))
       expect(config.isOn).toBe(true)
       expect(config.cppUrl).toBe("")
-      const models = yield* Effect.promise(() => cpp.availableModels({}))
+      const models = yield* Effect.promise(() => tab.cpp.availableModels({}))
       expect(models.models).toEqual(["fake-openai/fate-fim"])
       app.provider.enqueue(FakeProvider.sse(FakeProvider.fim.openAiCompletions(["item"])))
-      yield* Effect.promise(async () => {
-        for await (const _ of ai.streamCpp(streamRequest(), { headers: { "x-request-id": "tab-req-1" } })) void _
-      })
-      yield* Effect.promise(() => cpp.recordCppFate({ requestId: "tab-req-1", fate: CppFate.ACCEPT }))
+      yield* suggest(tab, ask({ requestId: "tab-req-1" }))
+      yield* Effect.promise(() => tab.fate("tab-req-1", "accept"))
       const metrics = yield* Effect.promise(async () => (await fetch(`${app.baseUrl}/metrics`)).text())
       expect(metrics).toMatch(/byok_tab_fates_total\{model="fake-openai\/fate-fim",fate="accept"\} 1/)
       expect(metrics).toMatch(/byok_tab_requests_total\{model="fake-openai\/fate-fim",outcome="suggested"\} 1/)
@@ -175,31 +145,32 @@ describe("Tab: StreamCpp from the user's FIM model", () => {
   it.scopedLive("bad requests: an empty file, a cursor past the end, an empty answer: no crash", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make({ config: tabConfig })
-      const client = createClient(AiService, transportOf("connect", app.baseUrl, "1.1"))
+      const tab = new TabClient(transportOf("connect", app.baseUrl, "1.1"))
       app.provider.enqueue(FakeProvider.sse(FakeProvider.fim.openAiCompletions(["const x = 1"])))
-      const empty = yield* collect(client, streamRequest({ contents: "", line: 0, column: 0 }))
-      expect(empty.slice(2, -1).map((f) => f.text).join("")).toBe("const x = 1")
+      const empty = yield* suggest(tab, ask({ contents: "", line: 0, column: 0 }))
+      expect(empty.text).toBe("const x = 1")
       app.provider.enqueue(FakeProvider.sse(FakeProvider.fim.openAiCompletions(["   "])))
-      const past = yield* collect(client, streamRequest({ line: 400, column: 99 }))
+      const past = yield* suggest(tab, ask({ line: 400, column: 99 }))
       // Nothing to suggest: only the end.
-      expect(past).toHaveLength(1)
-      expect(past[0]!.doneStream).toBe(true)
+      expect(past.frames).toHaveLength(1)
+      expect(past.done).toBe(true)
+      expect(past.range).toBeUndefined()
     }))
 
   it.scopedLive("a huge file: the prompt is cut to the limits; one past the request limit is refused readably", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make({ config: tabConfig })
-      const client = createClient(AiService, transportOf("connect", app.baseUrl, "1.1"))
+      const tab = new TabClient(transportOf("connect", app.baseUrl, "1.1"))
       const filler = Array.from({ length: 60_000 }, (_, i) => `const v${i} = ${i}`).join("\n")
       const big = `${filler}\n${FILE}`
       app.provider.enqueue(FakeProvider.sse(FakeProvider.fim.openAiCompletions(["item"])))
-      const frames = yield* collect(client, streamRequest({ contents: big, line: 60_003 }))
+      const frames = yield* suggest(tab, ask({ contents: big, line: 60_003 }))
       const prompt = String(bodyOf(app.provider, 0)["prompt"])
       expect(big.length).toBeGreaterThan(1_000_000)
       expect(prompt.length).toBeLessThanOrEqual(6_000 + 4_000 + 100)
       expect(prompt.endsWith("    sum += ")).toBe(true)
-      expect(frames[1]!.rangeToReplace?.startLineNumber).toBe(60_004)
-      const refused = yield* failureOf(client, streamRequest({ contents: "x".repeat(5 * 1024 * 1024) }))
+      expect(frames.range?.start).toBe(60_004)
+      const refused = yield* failureOf(tab, ask({ contents: "x".repeat(5 * 1024 * 1024) }))
       expect(refused.code).toBe(Code.ResourceExhausted)
       expect(app.provider.requests).toHaveLength(1)
     }))
@@ -207,9 +178,9 @@ describe("Tab: StreamCpp from the user's FIM model", () => {
   it.scopedLive("the model failing is a readable unavailable error", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make({ config: tabConfig })
-      const client = createClient(AiService, transportOf("connect", app.baseUrl, "1.1"))
+      const tab = new TabClient(transportOf("connect", app.baseUrl, "1.1"))
       app.provider.enqueue(FakeProvider.status(404, { error: { message: "model coder-fim not found" } }))
-      const error = yield* failureOf(client, streamRequest())
+      const error = yield* failureOf(tab, ask())
       expect(error.code).toBe(Code.Unavailable)
       expect(error.rawMessage).toContain("model coder-fim not found")
     }))
@@ -219,16 +190,16 @@ describe("Tab on a chat model (no FIM endpoint)", () => {
   it.scopedLive("an Anthropic provider serves Tab with an edit prompt; a fenced answer is unfenced", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make({ config: { tab: { provider: "fake-anthropic", model: "claude-tab" } } })
-      const client = createClient(AiService, transportOf("connect", app.baseUrl, "1.1"))
+      const tab = new TabClient(transportOf("connect", app.baseUrl, "1.1"))
       app.provider.enqueue(FakeProvider.sse(FakeProvider.anthropic.text("```ts\nitem\n```", 4)))
-      const frames = yield* collect(client, streamRequest())
+      const frames = yield* suggest(tab, ask())
       expect(app.provider.requests[0]!.path).toBe("/v1/messages")
       const body = bodyOf(app.provider, 0)
       expect(body["model"]).toBe("claude-tab")
       const user = JSON.stringify(body["messages"])
       expect(user).toContain("sum += <|CURSOR|>\\n  }")
-      expect(frames.slice(2, -1).map((f) => f.text).join("")).toBe("    sum += item")
-      expect(frames.at(-1)!.doneStream).toBe(true)
+      expect(frames.text).toBe("    sum += item")
+      expect(frames.done).toBe(true)
     }))
 })
 
@@ -236,12 +207,11 @@ describe("Tab off", () => {
   it.scopedLive("StreamCpp is refused readably and CppConfig says Tab is off", () =>
     Effect.gen(function*() {
       const app = yield* AppHarness.make()
-      const transport = transportOf("connect", app.baseUrl, "1.1")
-      const client = createClient(AiService, transport)
-      const error = yield* failureOf(client, streamRequest())
+      const tab = new TabClient(transportOf("connect", app.baseUrl, "1.1"))
+      const error = yield* failureOf(tab, ask())
       expect(error.code).toBe(Code.FailedPrecondition)
       expect(error.rawMessage).toContain("Tab is off")
-      expect((yield* Effect.promise(() => client.cppConfig({}))).isOn).toBe(false)
+      expect((yield* Effect.promise(() => tab.ai.cppConfig({}))).isOn).toBe(false)
       expect(app.provider.requests).toHaveLength(0)
     }))
 })
