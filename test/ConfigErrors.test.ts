@@ -102,6 +102,9 @@ const referenceCases: ReadonlyArray<readonly [string, unknown, ReadonlyArray<str
   ["models with no providers at all (and no key variable set)", { models: [model] }, [
     `${FILE}: models[0].provider: names provider "ds", which is not configured: name one of providers[].id (none) or add it to providers`
   ]],
+  ["a tab section naming a provider that is not configured", { providers: [provider], models: [model], tab: { provider: "ollama", model: "qwen2.5-coder" } }, [
+    `${FILE}: tab.provider: names provider "ollama", which is not configured: name one of providers[].id (ds) or add it to providers`
+  ]],
   ["a defaultModel that is not a model", { providers: [provider], models: [model], defaultModel: "deepseek-chat" }, [
     `${FILE}: defaultModel: names model "deepseek-chat", which is not configured: name one of models[].id (m)`
   ]],

@@ -432,7 +432,7 @@ export const validate = (
     if (search !== undefined && search.name !== "searxng" && Redacted.value(search.apiKey) === "") {
       return yield* new ConfigError({ message: `web search: the ${search.name} backend reads its API key from ${search.apiKeyEnv}, which is not set` })
     }
-    const references = referenceProblems(config)
+    const references = [...referenceProblems(config), ...tabProblems(config.tab, config.router.providers)]
     if (references.length > 0) {
       return yield* new ConfigError({ message: references.map((line) => (path === undefined ? line : `${path}: ${line}`)).join("\n") })
     }
@@ -479,10 +479,7 @@ export const loadFrom = (source: ConfigSource): Effect.Effect<ServerConfig, Conf
         Effect.flatMap((text) => decodeFile(source.path, text))
       )
       : Schema.decodeSync(FileConfig)({})
-    const config = resolve(file, source.env)
-    const tab = tabProblems(file.tab, config.router.providers)
-    if (tab.length > 0) return yield* new ConfigError({ message: tab.map((line) => `${source.path}: ${line}`).join("\n") })
-    return yield* validate(config, source.env, exists ? source.path : undefined)
+    return yield* validate(resolve(file, source.env), source.env, exists ? source.path : undefined)
   })
 
 /** Loads the configuration: the file if any, the environment, validated. */

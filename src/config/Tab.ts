@@ -86,11 +86,8 @@ export const tabOf = (tab: TabFileConfig | undefined, providers: ReadonlyArray<P
 }
 
 /** What a `tab` section names wrongly, one line each: a provider not configured. */
-export const tabProblems = (tab: TabFileConfig | undefined, providers: ReadonlyArray<Pick<ProviderConfig, "id" | "api">>): ReadonlyArray<string> => {
-  if (tab === undefined) return []
-  if (!providers.some((p) => p.id === tab.provider)) {
-    const ids = providers.map((p) => p.id)
-    return [`tab.provider: names provider ${JSON.stringify(tab.provider)}, which is not configured: name one of providers[].id (${ids.length === 0 ? "none" : ids.join(", ")}) or add it to providers`]
-  }
-  return []
+export const tabProblems = (tab: Pick<TabSettings, "target"> | undefined, providers: ReadonlyArray<Pick<ProviderConfig, "id">>): ReadonlyArray<string> => {
+  if (tab === undefined || providers.some((p) => p.id === tab.target.provider)) return []
+  const ids = providers.map((p) => p.id)
+  return [`tab.provider: names provider ${JSON.stringify(tab.target.provider)}, which is not configured: name one of providers[].id (${ids.length === 0 ? "none" : ids.join(", ")}) or add it to providers`]
 }
