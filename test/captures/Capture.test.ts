@@ -84,6 +84,15 @@ describe("capture mode", () => {
       app.provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.text("listed")))
       assertCleanOk(yield* Effect.promise(() => client.run({ conversationId: "c-console", text: "hello", requestId: "req-console" })))
       const [name] = yield* eventually("the capture", () => capturesIn(home), (names) => names.length === 1)
+      // The capture's last lines (the checkpoint's blobs, the turn's end, the model's answer) are
+      // written as they happen, some after the client read the turn's end: the file is whole
+      // once the model's line is in it and two reads 50 ms apart agree.
+      let before = ""
+      yield* eventually("the whole capture", () => {
+        const [previous, now] = [before, readFileSync(join(home, "captures", name!), "utf8")]
+        before = now
+        return { previous, now }
+      }, ({ now, previous }) => now === previous && now.includes(`"kind":"model"`))
       const page = yield* get(app, "/console/captures")
       assert.strictEqual(page.status, 200)
       assert.include(page.body, `href="/console/captures/${name}"`)
