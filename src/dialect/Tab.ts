@@ -20,6 +20,8 @@ export interface CppAsk {
   readonly relyOnFilesync: boolean
   /** The Tab model the client picked (`CppService/AvailableModels`), "" when none. */
   readonly modelName: string
+  /** The SHA-256 (hex) of the file's text as the client has it, when it says (a synced copy is checked against it). */
+  readonly sha256: string | undefined
 }
 
 const diagnosticsOf = (request: StreamCppRequest): ReadonlyArray<TabDiagnostic> =>
@@ -62,7 +64,8 @@ export const cppAskOf = (request: StreamCppRequest): CppAsk => {
     },
     firstLine,
     relyOnFilesync: file?.relyOnFilesync === true && (file.contents ?? "") === "",
-    modelName: request.modelName ?? ""
+    modelName: request.modelName ?? "",
+    sha256: file?.sha256Hash === undefined || file.sha256Hash === "" ? undefined : file.sha256Hash.toLowerCase()
   }
 }
 

@@ -45,8 +45,12 @@ export interface SyncedFiles {
   upload(workspace: string, path: string, contents: string, modelVersion: number, sha256?: string): UploadResult
   /** Bring the stored file to `modelVersion` with the pending updates; on "mismatch" the file is dropped. */
   sync(workspace: string, path: string, modelVersion: number, updates: ReadonlyArray<VersionUpdates>, sha256: string): SyncResult
-  /** The stored file, marked as recently used. */
-  get(workspace: string, path: string): { contents: string; modelVersion: number } | undefined
+  /**
+   * The stored file, marked as recently used; with none under `workspace`, the most recently
+   * used file of that path in any workspace (Cursor's file sync and its completion requests may
+   * name one workspace by different ids), which the caller checks (`sha256Hex`) when it can.
+   */
+  get(workspace: string, path: string): { contents: string; modelVersion: number; workspace: string } | undefined
   /** The workspace's most recently used files but `except`, newest first, whole, their contents within `maxChars` together. */
   recent(workspace: string, except: string, maxChars: number): ReadonlyArray<TabFile>
   clear(): void
@@ -172,11 +176,18 @@ export const make = (limits: Partial<FileLimits> = {}): SyncedFiles => {
     },
 
     get: (workspace, path) => {
-      const key = keyOf(workspace, path)
-      const entry = entries.get(key)
+      let key = keyOf(workspace, path)
+      let entry = entries.get(key)
+      if (entry === undefined) {
+        for (const [otherKey, other] of entries) {
+          if (other.path !== path) continue
+          key = otherKey
+          entry = other
+        }
+      }
       if (entry === undefined) return undefined
       touch(key, entry)
-      return { contents: entry.contents, modelVersion: entry.modelVersion }
+      return { contents: entry.contents, modelVersion: entry.modelVersion, workspace: entry.workspace }
     },
 
     recent: (workspace, except, maxChars) => {

@@ -11,6 +11,7 @@ import { Effect } from "effect"
 import * as AppHarness from "../support/AppHarness.js"
 import * as FakeProvider from "../support/FakeProvider.js"
 import { transportOf } from "../support/OfficialClients.js"
+import { sha256Hex } from "../../src/tab/Files.js"
 import { applied, TabClient } from "../support/TabClient.js"
 import type { TabAsk } from "../support/TabClient.js"
 
@@ -122,6 +123,20 @@ describe("Tab: StreamCpp from the user's FIM model", () => {
       expect(prompt).toContain("export const twice = (n: number) => n * 2")
       expect(prompt.endsWith("    sum += ")).toBe(true)
       expect(frames.text).toBe("    sum += twice(item)")
+    }))
+
+  it.scopedLive("file sync under another workspace id than the request's: found by path, checked by the request's hash", () =>
+    Effect.gen(function*() {
+      const app = yield* AppHarness.make({ config: tabConfig })
+      const tab = new TabClient(transportOf("connect", app.baseUrl, "1.1"))
+      yield* Effect.promise(() => tab.upload("fs-client-uuid", "src/total.ts", FILE))
+      app.provider.enqueue(FakeProvider.sse(FakeProvider.fim.openAiCompletions(["item"])))
+      const found = yield* suggest(tab, ask({ contents: "", relyOnFilesync: true, sha256: sha256Hex(FILE) }))
+      expect(found.text).toBe("    sum += item")
+      // A hash that is not the synced copy's: FILE_NOT_FOUND, and Cursor sends the file.
+      const stale = yield* failureOf(tab, ask({ contents: "", relyOnFilesync: true, sha256: sha256Hex(`${FILE}// edited\n`) }))
+      expect(stale.code).toBe(Code.NotFound)
+      expect(app.provider.requests).toHaveLength(1)
     }))
 
   it.scopedLive("the companions: config, models, fates counted for the acceptance rate", () =>

@@ -22,6 +22,8 @@ export interface TabAsk {
   readonly workspaceId?: string
   /** The client holds the file at the server (`FileSyncService`) and sends no contents. */
   readonly relyOnFilesync?: boolean
+  /** The SHA-256 (hex) of the file's text, as Cursor sends it beside a request relying on sync. */
+  readonly sha256?: string
   readonly requestId?: string
 }
 
@@ -41,7 +43,8 @@ export const streamCppRequest = (ask: TabAsk): StreamCppRequest =>
       contents: ask.relyOnFilesync === true ? "" : ask.contents,
       cursorPosition: { line: ask.line, column: ask.column },
       languageId: ask.languageId ?? "typescript",
-      relyOnFilesync: ask.relyOnFilesync ?? false
+      relyOnFilesync: ask.relyOnFilesync ?? false,
+      ...(ask.sha256 === undefined ? {} : { sha256Hash: ask.sha256 })
     },
     workspaceId: ask.workspaceId ?? "ws-1"
   })

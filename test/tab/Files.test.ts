@@ -21,11 +21,20 @@ const uploaded = (contents: string, modelVersion = 1) => {
 }
 
 describe("upload and get", () => {
-  it("an upload is read back with its version; another path or workspace is not there", () => {
+  it("an upload is read back with its version and workspace; another path is not there", () => {
     const files = uploaded("const x = 1\n", 3)
-    expect(files.get(ws, "a.ts")).toEqual({ contents: "const x = 1\n", modelVersion: 3 })
+    expect(files.get(ws, "a.ts")).toEqual({ contents: "const x = 1\n", modelVersion: 3, workspace: ws })
     expect(files.get(ws, "b.ts")).toBeUndefined()
-    expect(files.get("/other", "a.ts")).toBeUndefined()
+  })
+
+  it("a workspace with no such file reads the most recently used file of that path in any workspace", () => {
+    const files = make()
+    files.upload("/one", "a.ts", "one", 1)
+    files.upload("/two", "a.ts", "two", 1)
+    expect(files.get("another-id", "a.ts")).toEqual({ contents: "two", modelVersion: 1, workspace: "/two" })
+    files.get("/one", "a.ts")
+    expect(files.get("another-id", "a.ts")?.workspace).toBe("/one")
+    expect(files.get("another-id", "b.ts")).toBeUndefined()
   })
 
   it("an upload with the right sha256 is stored; a wrong one is refused and drops what was held", () => {
@@ -59,11 +68,11 @@ describe("sync", () => {
   it("applies an insert, a delete and a replace, and takes the request's version", () => {
     const files = uploaded("hello world")
     expect(files.sync(ws, "a.ts", 2, [version(2, [replace(5, 5, ",")])], "")).toBe("ok")
-    expect(files.get(ws, "a.ts")).toEqual({ contents: "hello, world", modelVersion: 2 })
+    expect(files.get(ws, "a.ts")).toEqual({ contents: "hello, world", modelVersion: 2, workspace: ws })
     expect(files.sync(ws, "a.ts", 3, [version(3, [replace(0, 7, "")])], "")).toBe("ok")
     expect(files.get(ws, "a.ts")?.contents).toBe("world")
     expect(files.sync(ws, "a.ts", 4, [version(4, [replace(0, 5, "there")], 5)], sha256Hex("there"))).toBe("ok")
-    expect(files.get(ws, "a.ts")).toEqual({ contents: "there", modelVersion: 4 })
+    expect(files.get(ws, "a.ts")).toEqual({ contents: "there", modelVersion: 4, workspace: ws })
   })
 
   it("updates of one version apply in order, each against the text the previous ones left", () => {
@@ -78,7 +87,7 @@ describe("sync", () => {
     const files = uploaded("a")
     const versions = [version(4, [replace(3, 3, "d")]), version(2, [replace(1, 1, "b")]), version(3, [replace(2, 2, "c")])]
     expect(files.sync(ws, "a.ts", 4, versions, sha256Hex("abcd"))).toBe("ok")
-    expect(files.get(ws, "a.ts")).toEqual({ contents: "abcd", modelVersion: 4 })
+    expect(files.get(ws, "a.ts")).toEqual({ contents: "abcd", modelVersion: 4, workspace: ws })
   })
 
   it("versions already applied are skipped", () => {
@@ -87,7 +96,7 @@ describe("sync", () => {
     expect(files.sync(ws, "a.ts", 6, versions, sha256Hex("ab"))).toBe("ok")
     expect(files.get(ws, "a.ts")?.contents).toBe("ab")
     expect(files.sync(ws, "a.ts", 6, versions, sha256Hex("ab"))).toBe("ok")
-    expect(files.get(ws, "a.ts")).toEqual({ contents: "ab", modelVersion: 6 })
+    expect(files.get(ws, "a.ts")).toEqual({ contents: "ab", modelVersion: 6, workspace: ws })
   })
 
   it("a file never uploaded is missing", () => {
@@ -191,8 +200,8 @@ describe("recent", () => {
     files.upload("/one", "a.ts", "one", 1)
     files.upload("/two", "a.ts", "two", 7)
     expect(files.sync("/one", "a.ts", 2, [version(2, [replace(3, 3, "!")])], "")).toBe("ok")
-    expect(files.get("/one", "a.ts")).toEqual({ contents: "one!", modelVersion: 2 })
-    expect(files.get("/two", "a.ts")).toEqual({ contents: "two", modelVersion: 7 })
+    expect(files.get("/one", "a.ts")).toEqual({ contents: "one!", modelVersion: 2, workspace: "/one" })
+    expect(files.get("/two", "a.ts")).toEqual({ contents: "two", modelVersion: 7, workspace: "/two" })
   })
 })
 

@@ -10,6 +10,7 @@ import { create } from "@bufbuild/protobuf"
 import { Effect } from "effect"
 import * as Dialect from "../../dialect/Tab.js"
 import * as TabPb from "../../gen/aiserver/v1/tab_pb.js"
+import { sha256Hex } from "../../tab/Files.js"
 import type { TabService } from "../../tab/Service.js"
 import { ConnectError } from "../Connect.js"
 import type { RpcRoute } from "../front/Rpc.js"
@@ -42,13 +43,14 @@ const streamCpp = (tab: TabService): RpcRoute => ({
       if (tab.settings() === undefined) return yield* Effect.fail(TAB_OFF)
       const ask = Dialect.cppAskOf(message)
       let request = ask.request
+      // The synced copy, if any: the file itself when the client sent none; its workspace's other files are context.
+      const synced = tab.files.get(request.workspace, request.path)
       if (ask.relyOnFilesync) {
-        const synced = tab.files.get(request.workspace, request.path)
-        if (synced === undefined) return yield* Effect.fail(notSynced(request.path))
+        if (synced === undefined || (ask.sha256 !== undefined && sha256Hex(synced.contents) !== ask.sha256)) return yield* Effect.fail(notSynced(request.path))
         request = { ...request, contents: synced.contents }
       }
       const settings = tab.settings()
-      const context = settings === undefined ? [] : tab.files.recent(request.workspace, request.path, settings.limits.contextChars)
+      const context = settings === undefined ? [] : tab.files.recent(synced?.workspace ?? request.workspace, request.path, settings.limits.contextChars)
       if (context.length > 0) request = { ...request, otherFiles: [...request.otherFiles, ...context] }
       const out = (response: TabPb.StreamCppResponse) => emit(encodeIn(call.codec, TabPb.StreamCppResponseSchema, response))
       let opened = false
