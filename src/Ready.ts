@@ -37,6 +37,9 @@ export const readyLines = (config: ServerConfig, ports: BoundPorts, pointedHere:
       (ports.tls === undefined ? "" : `, Run (TLS) on https://${host}:${ports.tls}`) +
       (ports.proxy === undefined ? "" : `, the proxy for Cursor on http://127.0.0.1:${ports.proxy}${config.proxy.offline ? " (offline)" : ""}`),
     `console: http://${host}:${ports.main}/console`,
+    config.tab === undefined
+      ? "Tab: answered by Cursor (a `tab` section in the configuration answers it from your own model: see the README)"
+      : `Tab: ${config.tab.model} (${config.tab.api}${config.tab.chat === undefined ? ` at ${config.tab.target.baseUrl}` : ""}), answered here`,
     pointedHere
       ? "next: `npx cursor-byok doctor` checks that Cursor reaches this server"
       : "next: point Cursor here with `npx cursor-byok setup` (once), then restart Cursor; `npx cursor-byok doctor` checks it"

@@ -193,6 +193,7 @@ describe("a start that works says so", () => {
       assert.match(out, /cursor-byok is ready: \d+ models? \(/)
       assert.include(out, `listening: RunSSE + BidiAppend and the side calls on http://127.0.0.1:${port}`)
       assert.include(out, `console: http://127.0.0.1:${port}/console`)
+      assert.include(out, "Tab: answered by Cursor")
       assert.include(out, "next: point Cursor here with `npx cursor-byok setup`")
       assert.notMatch(out, /level=WARN/)
       const root = await fetch(`http://127.0.0.1:${port}/`, { redirect: "manual" })
