@@ -22,19 +22,17 @@ export class Call {
   endedAt = 0
   /** Its usage is counted (once, by the first request that saw its end). */
   counted = false
-  /** When the first text arrived (ms, the clock `now` gives), 0 before. */
-  firstTextAt = 0
+  /** The requests following the call (`follow`): the call is interrupted when the last one leaves early. */
   private readonly listeners = new Set<() => void>()
-  private consumers = 0
   private fiber: Fiber.RuntimeFiber<void, FimError> | undefined = undefined
   /** Aborts the upstream request at once (set once the request is sent). */
   private abort: (() => void) | undefined = undefined
 
-  constructor(readonly key: string, readonly file: string, readonly startedAt: number) {}
+  constructor(readonly key: string, readonly file: string) {}
 
   /**
    * Runs the upstream call in a fiber of `runFork`'s: `run` hands it the callback its events
-   * go to (in the network read that brought them); `now` stamps the first text and the end.
+   * go to (in the network read that brought them); `now` stamps the end.
    */
   start(
     run: (onEvents: (events: ReadonlyArray<FimEvent>) => void, onAbort: (abort: () => void) => void) => Effect.Effect<void, FimError>,
@@ -46,12 +44,10 @@ export class Call {
       for (const event of events) {
         if (event._tag === "Text") {
           if (event.text === "") continue
-          if (this.firstTextAt === 0) this.firstTextAt = now()
           this.text += event.text
           text = true
         } else {
-          // The answer is whole: its consumers are told now, not once the request's scope closes.
-          if (text) this.notify()
+          // The answer is whole: its consumers are told now (with its text), not once the request's scope closes.
           return this.finish({ _tag: "Done", inputTokens: event.inputTokens, outputTokens: event.outputTokens }, now())
         }
       }
@@ -85,20 +81,16 @@ export class Call {
    */
   follow(onChange: (call: Call) => void, now: () => number): Effect.Effect<CallEnd> {
     return Effect.async<CallEnd>((resume) => {
-      this.consumers++
       const listener = () => {
         onChange(this)
         if (this.end === undefined) return
         this.listeners.delete(listener)
-        this.consumers--
         resume(Effect.succeed(this.end))
       }
       this.listeners.add(listener)
       listener()
       return Effect.sync(() => {
-        if (!this.listeners.delete(listener)) return
-        this.consumers--
-        if (this.consumers === 0) this.interrupt(now())
+        if (this.listeners.delete(listener) && this.listeners.size === 0) this.interrupt(now())
       })
     })
   }

@@ -40,11 +40,8 @@ export interface TabSettings {
   readonly files: FileLimits
 }
 
-/** How a request ended: a suggestion (its insert), none, or a call that did not finish. */
-export type Answered =
-  | { readonly _tag: "Suggested"; readonly insert: string; readonly via: "call" | "shared" | "reused" }
-  | { readonly _tag: "Empty" }
-  | { readonly _tag: "Canceled" }
+/** How a request ended: a suggestion, none, or a call that did not finish (superseded, or the client left). */
+export type Answered = "Suggested" | "Empty" | "Canceled"
 
 export interface TabService {
   /** The settings in force, undefined while Tab is off. */
@@ -118,7 +115,7 @@ export const make = (current: () => TabSettings | undefined) =>
       const recent = finished.get(key)
       if (recent !== undefined && recent.end?._tag === "Done" && now() - recent.endedAt <= settings.shareMs) return { call: recent, shared: true }
       if (running !== undefined) running.interrupt(now())
-      const call = new Call(key, file, now())
+      const call = new Call(key, file)
       inFlight.set(file, call)
       call.start(
         settings.chat === undefined
@@ -147,7 +144,7 @@ export const make = (current: () => TabSettings | undefined) =>
     const complete: TabService["complete"] = (request, requestId, emit) =>
       Effect.gen(function*() {
         const settings = current()
-        if (settings === undefined) return { _tag: "Empty" } as const
+        if (settings === undefined) return "Empty"
         const receivedAt = now()
         stats.request(settings.model, requestId)
         const cursor = cursorLineOf(request.contents, request.line, request.column)
@@ -172,7 +169,7 @@ export const make = (current: () => TabSettings | undefined) =>
           emit(lineRest)
           remember(file, { before, after, insert: rest })
           stats.outcome(settings.model, "reused")
-          return { _tag: "Suggested", insert: rest, via: "reused" } as const
+          return "Suggested"
         }
 
         const prompt = promptOf(request, settings.limits)
@@ -186,18 +183,18 @@ export const make = (current: () => TabSettings | undefined) =>
         }
         if (end._tag === "Interrupted") {
           stats.outcome(settings.model, "canceled")
-          return { _tag: "Canceled" } as const
+          return "Canceled"
         }
         // What was sent stays: the rest is what the whole completion adds to it.
         send(nextPiece(sent, call.text, true, prompt, settings.limits))
         if (sent === "") {
           stats.outcome(settings.model, "empty")
-          return { _tag: "Empty" } as const
+          return "Empty"
         }
         emit(lineRest)
         remember(file, { before, after, insert: sent })
         stats.outcome(settings.model, "suggested")
-        return { _tag: "Suggested", insert: sent, via: shared ? "shared" : "call" } as const
+        return "Suggested"
       }).pipe(Effect.onInterrupt(() => Effect.sync(() => {
         const settings = current()
         if (settings !== undefined) stats.outcome(settings.model, "canceled")

@@ -20,13 +20,15 @@ import { timeoutMsOf } from "./Status.js"
  */
 export type RpcStream = (call: RpcCall, emit: (message: Uint8Array) => void) => Effect.Effect<void, ConnectError>
 
-export interface RpcRoute {
-  /** A sink: its body is never decoded, and only one past the limit is refused. */
-  readonly sink: boolean
-  readonly serve: RpcServe
-  /** A server-streaming procedure (one message in, messages out): served by this, not `serve`. */
-  readonly stream?: RpcStream
-}
+/** A procedure at the door: a unary call (`serve`), or a server stream (`stream`: one message in, messages out). */
+export type RpcRoute =
+  | {
+    /** A sink: its body is never decoded, and only one past the limit is refused. */
+    readonly sink: boolean
+    readonly serve: RpcServe
+    readonly stream?: undefined
+  }
+  | { readonly stream: RpcStream }
 
 /** Serves one RPC of the table at its path. */
 export type RpcWire = (route: RpcRoute, path: string, protocol: Protocol, request: NodeRequest, response: NodeResponse) => void
@@ -36,14 +38,15 @@ export const RPC_MAX_BYTES = 4 * 1024 * 1024
 
 export const make = (runFork: RunFork): RpcWire => (route, path, protocol, request, response) => {
   if (route.stream !== undefined) return serveStream(runFork, route.stream, path, protocol, request, response)
+  const { serve: answer, sink } = route
   const call = { name: path.slice(path.lastIndexOf("/") + 1) || path, kind: "unary" as const }
   protocol.read(request, RPC_MAX_BYTES, "unary", (body) => {
-    if (body instanceof ConnectError && !(route.sink && body.code !== "resource_exhausted")) {
+    if (body instanceof ConnectError && !(sink && body.code !== "resource_exhausted")) {
       return refuse(runFork, protocol, request, response, call, body)
     }
     const message = body instanceof ConnectError ? new Uint8Array(0) : body
     const timeoutMs = timeoutMsOf(request.headers)
-    const answered = Effect.flatMap(Clock.currentTimeMillis, (receivedAtMs) => route.serve({ message, codec: protocol.codec, timeoutMs, receivedAtMs, clientVersion: clientVersionOf(request.headers) }))
+    const answered = Effect.flatMap(Clock.currentTimeMillis, (receivedAtMs) => answer({ message, codec: protocol.codec, timeoutMs, receivedAtMs, clientVersion: clientVersionOf(request.headers) }))
     serve(runFork, protocol, request, response, call, answered, (bytes) => protocol.answer(response, bytes))
   })
 }

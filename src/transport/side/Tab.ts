@@ -11,10 +11,11 @@ import { Effect } from "effect"
 import * as Dialect from "../../dialect/Tab.js"
 import * as TabPb from "../../gen/aiserver/v1/tab_pb.js"
 import { sha256Hex } from "../../tab/Files.js"
+import { cursorLineOf } from "../../tab/Prompt.js"
 import type { TabService } from "../../tab/Service.js"
 import { ConnectError } from "../Connect.js"
 import type { RpcRoute } from "../front/Rpc.js"
-import type { Path } from "./Procedure.js"
+import type { Path, RpcServe } from "./Procedure.js"
 import { decodeRequest, encodeIn, unaryServe } from "./Procedure.js"
 
 const AI = "/aiserver.v1.AiService"
@@ -30,12 +31,10 @@ const TAB_OFF = new ConnectError("failed_precondition", "Tab is off on this serv
 const notSynced = (path: string) =>
   new ConnectError("not_found", `${path} is not synced to this server; send its contents`, [{ type: "aiserver.v1.ErrorDetails", value: Dialect.notSyncedDetail }])
 
-const route = (serve: RpcRoute["serve"]): RpcRoute => ({ sink: false, serve })
+const route = (serve: RpcServe): RpcRoute => ({ sink: false, serve })
 
 /** `StreamCpp`: the suggestion as it comes: the model's kind and the line replaced before the first text, the end after the last. */
 const streamCpp = (tab: TabService): RpcRoute => ({
-  sink: false,
-  serve: () => Effect.fail(new ConnectError("unimplemented", "StreamCpp is a server stream")),
   stream: (call, emit) =>
     Effect.gen(function*() {
       const message = decodeRequest(STREAM_CPP_PATH, TabPb.StreamCppRequestSchema, call)
@@ -57,19 +56,13 @@ const streamCpp = (tab: TabService): RpcRoute => ({
       const answered = yield* tab.complete(request, call.requestId, (piece) => {
         if (!opened) {
           opened = true
-          for (const head of Dialect.suggestionHead(ask.firstLine + cursorLine(request))) out(head)
+          for (const head of Dialect.suggestionHead(ask.firstLine + cursorLineOf(request.contents, request.line, request.column).line)) out(head)
         }
         if (piece !== "") out(Dialect.suggestionText(piece))
       }).pipe(Effect.mapError((error) => new ConnectError("unavailable", `Tab's model: ${error.message}`)))
-      if (answered._tag !== "Canceled") out(Dialect.suggestionDone)
+      if (answered !== "Canceled") out(Dialect.suggestionDone)
     })
 })
-
-/** The cursor's line as the service clamps it (the range names the line the text replaces). */
-const cursorLine = (request: { readonly contents: string; readonly line: number }) => {
-  const lines = request.contents.split("\n").length
-  return Math.min(request.line, lines - 1)
-}
 
 const cppConfig = (tab: TabService) =>
   unaryServe(`${AI}/CppConfig`, TabPb.CppConfigRequestSchema, TabPb.CppConfigResponseSchema, () =>
@@ -144,8 +137,6 @@ const fixed = <In extends Parameters<typeof unaryServe>[1], Out extends Paramete
 
 /** No cursor jumps are predicted here: "not in range", then the end. */
 const noCursorPrediction: RpcRoute = {
-  sink: false,
-  serve: () => Effect.fail(new ConnectError("unimplemented", "StreamNextCursorPrediction is a server stream")),
   stream: (call, emit) =>
     Effect.sync(() => emit(encodeIn(call.codec, TabPb.StreamNextCursorPredictionResponseSchema, create(TabPb.StreamNextCursorPredictionResponseSchema, { response: { case: "isNotInRange", value: true } }))))
 }
