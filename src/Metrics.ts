@@ -84,17 +84,19 @@ export const unsafeCountTokens = (usage: Usage): void => {
 export const countTokens = (usage: Usage): Effect.Effect<void> => Effect.sync(() => unsafeCountTokens(usage))
 
 /**
- * The label array for one value of a label, made once per value: the counter's hook cache keys
- * by the array's identity. Values come from the configuration and the code (outcomes, tool
- * kinds, model names), so the cache stays small; past a bound it stops caching (still correct).
+ * The label array for the values of labels `names`, made once per set of values: the counter's
+ * hook cache keys by the array's identity. Values come from the configuration and the code
+ * (outcomes, tool kinds, model names), so the cache stays small; past a bound it stops caching
+ * (still correct).
  */
-const labelCache = (key: string) => {
+const labelCache = (...names: ReadonlyArray<string>) => {
   const cache = new Map<string, ReadonlyArray<MetricLabel.MetricLabel>>()
-  return (value: string): ReadonlyArray<MetricLabel.MetricLabel> => {
-    let labels = cache.get(value)
+  return (...values: ReadonlyArray<string>): ReadonlyArray<MetricLabel.MetricLabel> => {
+    const id = values.length === 1 ? values[0]! : values.join("\u0000")
+    let labels = cache.get(id)
     if (labels === undefined) {
-      labels = [MetricLabel.make(key, value)]
-      if (cache.size < 1_000) cache.set(value, labels)
+      labels = names.map((name, index) => MetricLabel.make(name, values[index] ?? ""))
+      if (cache.size < 1_000) cache.set(id, labels)
     }
     return labels
   }
@@ -122,22 +124,9 @@ export const tabFirstSuggestionSeconds = Metric.histogram(
   "From a Tab request to its first suggestion text"
 )
 
-/** The label arrays of a (model, value) pair, made once per pair (see `labelCache`). */
-const pairCache = (second: string) => {
-  const cache = new Map<string, ReadonlyArray<MetricLabel.MetricLabel>>()
-  return (model: string, value: string): ReadonlyArray<MetricLabel.MetricLabel> => {
-    const key = `${model}\u0000${value}`
-    let labels = cache.get(key)
-    if (labels === undefined) {
-      labels = [MetricLabel.make("model", model), MetricLabel.make(second, value)]
-      if (cache.size < 1_000) cache.set(key, labels)
-    }
-    return labels
-  }
-}
-const modelOutcome = pairCache("outcome")
-const modelKind = pairCache("kind")
-const modelFate = pairCache("fate")
+const modelOutcome = labelCache("model", "outcome")
+const modelKind = labelCache("model", "kind")
+const modelFate = labelCache("model", "fate")
 
 export const countTab = (model: string, outcome: string): void => tabRequests.unsafeUpdate(1, modelOutcome(model, outcome))
 export const countTabFate = (model: string, fate: string): void => tabFates.unsafeUpdate(1, modelFate(model, fate))
