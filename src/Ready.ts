@@ -7,6 +7,7 @@ import { existsSync } from "node:fs"
 import * as Os from "node:os"
 import type { ServerConfig } from "./Config.js"
 import * as CursorSettings from "./hookup/CursorSettings.js"
+import * as Store from "./Store.js"
 
 /** The bound ports (an ephemeral one as bound). */
 export interface BoundPorts {
@@ -31,7 +32,7 @@ export const readyLines = (config: ServerConfig, ports: BoundPorts, pointedHere:
   const host = config.host.includes(":") ? `[${config.host}]` : config.host
   const models = config.models.map((model) => model.id)
   return [
-    `cursor-byok is ready: ${models.length === 0 ? "no models yet (add a provider key or a config file: see the README)" : `${models.length} model${models.length === 1 ? "" : "s"} (${models.join(", ")})`}, history in ${config.database}`,
+    `cursor-byok is ready: ${models.length === 0 ? "no models yet (add a provider key or a config file: see the README)" : `${models.length} model${models.length === 1 ? "" : "s"} (${models.join(", ")})`}, history in ${Store.displayDatabase(config.database)}`,
     `listening: RunSSE + BidiAppend and the side calls on http://${host}:${ports.main}` +
       (ports.cleartext === undefined ? "" : `, Run (h2c) on http://${host}:${ports.cleartext}`) +
       (ports.tls === undefined ? "" : `, Run (TLS) on https://${host}:${ports.tls}`) +

@@ -190,7 +190,7 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
   const core = Layer.unwrapEffect(Effect.map(LiveConfig, ({ current }) =>
     Runner.layer(runnerOptions(current)).pipe(
       Layer.provideMerge(Transport.layerSessions(transportOptions(current))),
-      Layer.provideMerge(FaultInjection.wrapStore(Store.layerSqlite({ filename: database }), faults)),
+      Layer.provideMerge(FaultInjection.wrapStore(Store.layer(database), faults)),
       Layer.provideMerge(llm ?? Capture.recordingLlm(Router.layerLive(() => current().router))),
       Layer.provideMerge(Web.layer),
       // Tab on the user's FIM model, on the running configuration's `tab` (off without one).

@@ -9,15 +9,18 @@
  * commits before it acts (the call is saved before the stream opens, the operation before it
  * is sent). The records, errors and service shape are in `store/Model.ts`; the SQL in
  * `store/SqlStore.ts`; the SQLite connection and schema in `store/Sqlite.ts` and
- * `store/migrations.ts`.
+ * `store/migrations.ts`, PostgreSQL's in `store/Postgres.ts` and `store/pgMigrations.ts`.
  */
 import type * as SqlClient from "@effect/sql/SqlClient"
 import { Context, Layer } from "effect"
 import type { StoreError, StoreService } from "./store/Model.js"
+import * as Postgres from "./store/Postgres.js"
 import * as Sqlite from "./store/Sqlite.js"
 import { make } from "./store/SqlStore.js"
 
 export * from "./store/Model.js"
+export type { PostgresOptions } from "./store/Postgres.js"
+export { displayDatabase, isPostgresUrl } from "./store/Postgres.js"
 export type { SqliteOptions } from "./store/Sqlite.js"
 
 export class Store extends Context.Tag("cursor-byok/Store")<Store, StoreService>() {}
@@ -31,6 +34,17 @@ export const layerSqlite = (options: Sqlite.SqliteOptions): Layer.Layer<Store, S
 
 /** A migrated SQLite connection, for callers (tests, tools) that need SQL beside the Store. */
 export const layerSqliteClient = Sqlite.layerClient
+
+/** The Store on a PostgreSQL database: runs the migrations (once, whichever instance comes first). */
+export const layerPostgres = (options: Postgres.PostgresOptions): Layer.Layer<Store, StoreError> =>
+  layerSql.pipe(Layer.provide(Postgres.layerClient(options)))
+
+/** A migrated PostgreSQL pool, for callers (tests, tools) that need SQL beside the Store. */
+export const layerPostgresClient = Postgres.layerClient
+
+/** The Store `database` names: a `postgres://` URL, or a SQLite file. */
+export const layer = (database: string): Layer.Layer<Store, StoreError> =>
+  Postgres.isPostgresUrl(database) ? layerPostgres({ url: database }) : layerSqlite({ filename: database })
 
 /** A private in-memory database per build: for tests. */
 export const layerMemory: Layer.Layer<Store, StoreError> = layerSqlite({ filename: ":memory:" })

@@ -33,10 +33,13 @@ export type Query = <A extends object = Record<string, unknown>>(
   ...values: ReadonlyArray<Value>
 ) => Effect.Effect<ReadonlyArray<A>, SqlError>
 
+/** A template's statement text in one dialect's placeholders. */
+export type TextOf = (strings: TemplateStringsArray) => string
+
 const texts = new WeakMap<TemplateStringsArray, string>()
 
 /** A template's statement text: its literal parts joined by SQLite's placeholder. */
-export const textOf = (strings: TemplateStringsArray): string => {
+export const textOf: TextOf = (strings) => {
   let text = texts.get(strings)
   if (text === undefined) {
     text = strings.join("?")
@@ -45,13 +48,28 @@ export const textOf = (strings: TemplateStringsArray): string => {
   return text
 }
 
+const pgTexts = new WeakMap<TemplateStringsArray, string>()
+
+/** A template's statement text with PostgreSQL's numbered placeholders (`$1`, `$2`, ...). */
+export const pgTextOf: TextOf = (strings) => {
+  let text = pgTexts.get(strings)
+  if (text === undefined) {
+    text = strings.reduce((joined, part, index) => index === 0 ? part : `${joined}$${index}${part}`, "")
+    pgTexts.set(strings, text)
+  }
+  return text
+}
+
+/** The statement text of `sql`'s dialect. */
+export const textOfClient = (sql: SqlClient.SqlClient): TextOf => sql.onDialectOrElse({ pg: () => pgTextOf, orElse: () => textOf })
+
 /** A statement's values as SQLite binds them: `undefined` as NULL, as the client's template does. */
 export const bindValues = (values: ReadonlyArray<Value>): Array<Exclude<Value, undefined>> =>
   values.map((value) => value === undefined ? null : value)
 
 /** Statements on one connection (a transaction's), without a scope or a compile per statement. */
-export const onConnection = (connection: Connection): Query => (strings, ...values) =>
-  connection.execute(textOf(strings), bindValues(values), undefined)
+export const onConnection = (connection: Connection, text: TextOf = textOf): Query => (strings, ...values) =>
+  connection.execute(text(strings), bindValues(values), undefined)
 
 /**
  * `body` in a transaction (`sql.withTransaction`: BEGIN, COMMIT on success, ROLLBACK on any
@@ -64,6 +82,6 @@ export const transaction = <A, E, R>(
   sql.withTransaction(
     Effect.flatMap(Effect.serviceOption(SqlClient.TransactionConnection), (held) =>
       Option.isSome(held)
-        ? body(onConnection(held.value[0]))
+        ? body(onConnection(held.value[0], textOfClient(sql)))
         : Effect.dieMessage("Store: a transaction without its connection"))
   )

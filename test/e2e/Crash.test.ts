@@ -39,6 +39,7 @@
  * directories are released by scope finalizers. `CRASH_POINTS=3,7` runs only those ks.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { inject } from "vitest"
 import { Effect, Option } from "effect"
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -53,6 +54,7 @@ import type { CrashTurnResult } from "../support/CrashDriver.js"
 import { LocalWorkspace } from "../support/CursorClient.js"
 import type { ExecAnswer, Workspace } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
+import { freshDatabase } from "../support/Postgres.js"
 
 const { chunk } = FakeProvider.openAiChat
 const DONE = "data: [DONE]\n\n"
@@ -190,7 +192,7 @@ const loadHistory = (database: string) =>
     const store = yield* Store.Store
     const loaded = yield* store.load(CONVERSATION)
     return Option.match(loaded, { onNone: () => [] as ReadonlyArray<Message>, onSome: (c) => c.state.messages })
-  }).pipe(Effect.provide(Store.layerSqlite({ filename: database })), Effect.orDie, Effect.scoped)
+  }).pipe(Effect.provide(Store.layer(database)), Effect.orDie, Effect.scoped)
 
 interface RunOptions {
   /** SIGKILL the server from outside at a moment no commit point reaches. */
@@ -199,6 +201,8 @@ interface RunOptions {
   readonly crashAfter?: number
   /** How long a turn may take, restarts included. */
   readonly turnTimeoutMs?: number
+  /** A PostgreSQL server's URL: each run on a fresh database there (absent: a fresh SQLite file). */
+  readonly postgres?: string
 }
 
 const runSession = (lane: Lane, options: RunOptions = {}) =>
@@ -209,7 +213,13 @@ const runSession = (lane: Lane, options: RunOptions = {}) =>
     const firstRequest = provider.requests.length
     const env: Record<string, string> = { [AppHarness.API_KEY_ENV]: AppHarness.API_KEY, BYOK_FAULT_LOG_WRITES: "1" }
     if (options.crashAfter !== undefined) env["BYOK_FAULT_CRASH_AFTER_WRITES"] = String(options.crashAfter)
-    const child = yield* ChildServer.make({ config: AppHarness.fileConfigJson(provider.baseUrl, { orphanTimeoutMs: 5_000 }), env, startTimeoutMs: 90_000 })
+    const database = options.postgres === undefined ? undefined : yield* Effect.promise(() => freshDatabase(options.postgres!, "crash"))
+    const child = yield* ChildServer.make({
+      config: AppHarness.fileConfigJson(provider.baseUrl, { orphanTimeoutMs: 5_000 }),
+      env,
+      startTimeoutMs: 90_000,
+      ...(database === undefined ? {} : { database })
+    })
     let crashed = false
     // The test plays the supervisor: once the crashed process is gone, it starts it again, without the fault.
     let stopWatching = false
@@ -413,18 +423,20 @@ const selectedPoints = (all: ReadonlyArray<number>): ReadonlyArray<number> => {
 }
 
 /** Runs `points` spread over `lanes` lanes (each its own fake provider and workspace), in sequence within a lane. */
-const runPoints = (cleanOutcome: RunOutcome, points: ReadonlyArray<number>, lanes: number) =>
+const runPoints = (cleanOutcome: RunOutcome, points: ReadonlyArray<number>, lanes: number, options: Omit<RunOptions, "crashAfter"> = {}) =>
   Effect.gen(function*() {
     const groups = Array.from({ length: lanes }, (_, lane) => points.filter((_, i) => i % lanes === lane)).filter((g) => g.length > 0)
     const results = yield* Effect.forEach(groups, (group) =>
       Effect.gen(function*() {
         const lane = yield* makeLane()
-        return yield* Effect.forEach(group, (k) => crashRun(lane, cleanOutcome, k))
+        return yield* Effect.forEach(group, (k) => crashRun(lane, cleanOutcome, k, options))
       }).pipe(Effect.scoped), { concurrency: "unbounded" })
     return results.flat().filter((r) => r.failures.length > 0).map((r) => r.report)
   })
 
 const LANES = Math.max(1, Number(process.env["CRASH_LANES"] ?? 2))
+
+const postgresUrl = inject("postgresUrl")
 
 describe("Crash at every commit point (child process, SIGKILL right after Store write k, restart on the same database)", () => {
   it.scopedLive("every k: the clean run's history (or the shell reported interrupted), each tool at most once, no assistant message twice, request histories byte-prefix-stable", () =>
@@ -434,6 +446,21 @@ describe("Crash at every commit point (child process, SIGKILL right after Store 
       const excluded = KNOWN_BUG_TURN_END ? new Set(turnEndPoints(reference)) : new Set<number>()
       const points = selectedPoints(Array.from({ length: n }, (_, i) => i + 1).filter((k) => !excluded.has(k)))
       const failed = yield* runPoints(reference, points, LANES)
+      assert.deepStrictEqual(failed, [])
+    }), { timeout: 600_000 })
+
+  /*
+   * The same on PostgreSQL (a fresh database per k on the cluster the global setup started): the
+   * same commit points, and every run ends with the SQLite clean run's history and requests.
+   */
+  it.scopedLive.skipIf(postgresUrl === undefined)("every k on PostgreSQL: the same commit points, the SQLite clean run's history and requests", () =>
+    Effect.gen(function*() {
+      const reference = yield* clean
+      const pgClean = yield* runSession(yield* makeLane(), { postgres: postgresUrl! })
+      assert.deepStrictEqual(pgClean.writes.map((w) => w.split(" ")[1]), reference.writes.map((w) => w.split(" ")[1]))
+      assert.deepStrictEqual(check(reference, pgClean), [])
+      const points = selectedPoints(Array.from({ length: reference.writes.length }, (_, i) => i + 1))
+      const failed = yield* runPoints(reference, points, LANES, { postgres: postgresUrl! })
       assert.deepStrictEqual(failed, [])
     }), { timeout: 600_000 })
 

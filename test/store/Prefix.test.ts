@@ -13,7 +13,8 @@ import type { Policy } from "../../src/Loop.js"
 import * as Store from "../../src/Store.js"
 import { firstDifference, prefixStatuses, requestBytes } from "../../src/store/Prefix.js"
 import type { CallShape } from "../../src/store/Prefix.js"
-import { answer, expectTag, makeDriver, manualPolicy, settings, tempDatabase, text, user, withSql } from "./segmentsHarness.js"
+import { engines } from "./engines.js"
+import { answer, expectTag, makeDriver, manualPolicy, settings, text, user } from "./segmentsHarness.js"
 
 const shape = (callId: string, overrides: Partial<CallShape> = {}): CallShape => ({
   callId,
@@ -64,7 +65,8 @@ describe("prefix statuses", () => {
   })
 })
 
-describe("prefix diagnostics on a stored conversation", () => {
+describe.each(engines)("prefix diagnostics on a stored conversation, on $name", (engine) => {
+  const { database: tempDatabase, withSql } = engine
   // The prompt is the same every turn unless the settings carry the user's own.
   const steady: Policy = { ...manualPolicy, buildPrompt: (context) => context.settings.customSystemPrompt ?? "You are a coding agent." }
 

@@ -29,8 +29,6 @@ import * as Store from "../../src/Store.js"
 import { migrations } from "../../src/store/migrations.js"
 import { journey } from "./journey.js"
 import {
-  withSql,
-  tempDatabase,
   loadSome,
   journalOf,
   segmentsOf,
@@ -49,8 +47,10 @@ import {
   makeDriver,
   twoTurnsThenSummarize
 } from "./segmentsHarness.js"
+import { engines } from "./engines.js"
 
-describe("Store: the model calls of segments", () => {
+describe.each(engines)("Store: the model calls of segments, on $name", (engine) => {
+  const { database: tempDatabase, withSql } = engine
   it.scoped("the summary call is saved (detached, whole) in the same commit as the transition that plans it; loadLlmCall returns exactly its request and verifies it; a damaged messages part is CorruptRow or RequestHashMismatch, never returned", () =>
     Effect.gen(function*() {
       const filename = yield* tempDatabase
@@ -118,9 +118,7 @@ describe("Store: the model calls of segments", () => {
         assert.strictEqual(yield* damaged(canonicalJson(history)), "RequestHashMismatch")
         assert.strictEqual(yield* damaged(canonicalJson([...history, summaryInstruction("other instructions")])), "RequestHashMismatch")
         const deleted = yield* Effect.gen(function*() {
-          yield* sql`PRAGMA foreign_keys = OFF`
-          yield* sql`DELETE FROM request_parts WHERE hash = ${part}`
-          yield* sql`PRAGMA foreign_keys = ON`
+          yield* engine.withoutForeignKeys(sql, sql`DELETE FROM request_parts WHERE hash = ${part}`)
           return failure(yield* Effect.exit(store.loadLlmCall(command.callId)))._tag
         })
         assert.strictEqual(deleted, "CorruptRow")
@@ -234,7 +232,7 @@ describe("Store: the model calls of segments", () => {
       }).pipe(Effect.provide(withSql(filename)))
     }).pipe(Effect.provide(NodeContext.layer)))
 
-  it.scoped("a database made by migrations 0001-0003 with a conversation in it loads after 0004 as the origin segment (start 0) and can then compact", () =>
+  if (engine.name === "SQLite") it.scoped("a database made by migrations 0001-0003 with a conversation in it loads after 0004 as the origin segment (start 0) and can then compact", () =>
     Effect.gen(function*() {
       const filename = yield* tempDatabase
       const { final, steps } = journey("conv-old")

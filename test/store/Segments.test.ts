@@ -26,8 +26,6 @@ import {
 import type { ConversationState, Segment } from "../../src/Loop.js"
 import * as Store from "../../src/Store.js"
 import {
-  withSql,
-  tempDatabase,
   loadSome,
   journalOf,
   conversationRow,
@@ -44,8 +42,10 @@ import {
   makeDriver,
   twoTurnsThenSummarize
 } from "./segmentsHarness.js"
+import { engines } from "./engines.js"
 
-describe("Store: history as segments", () => {
+describe.each(engines)("Store: history as segments, on $name", (engine) => {
+  const { database: tempDatabase, withSql } = engine
   it.scoped("a compaction commits a new segment at the end of the journal: the old rows stay, the new ones follow at seq = old length, one compaction record, load gives exactly the new segment (after reopening too)", () =>
     Effect.gen(function*() {
       const filename = yield* tempDatabase
