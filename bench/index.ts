@@ -19,6 +19,7 @@ import * as Soak from "./soak.js"
 import * as Sse from "./sse.js"
 import * as Store from "./store.js"
 import * as Tab from "./tab.js"
+import * as Team from "./team.js"
 import * as Throughput from "./throughput.js"
 
 const benches: Record<string, () => Promise<string>> = {
@@ -37,6 +38,7 @@ const benches: Record<string, () => Promise<string>> = {
   proxy: async () => (await Proxy.run()).markdown,
   proxyLeaves: async () => (await ProxyLeaves.run()).markdown,
   tab: async () => (await Tab.run()).markdown,
+  team: async () => (await Team.run()).markdown,
   // Ten minutes: last, so the figures above come first.
   soak: async () => (await Soak.run()).markdown
 }

@@ -25,6 +25,7 @@ import type { Message, RequestMessages, ToolDefinition } from "../src/Llm.js"
 import { initialConversation } from "../src/Loop.js"
 import type { ConversationState } from "../src/Loop.js"
 import * as Store from "../src/Store.js"
+import { findPgBin, freshDatabase, startCluster } from "../test/support/Postgres.js"
 
 const LENGTHS = [20, 200, 2_000] as const
 const CONVERSATIONS = 10
@@ -115,8 +116,11 @@ export const median = (values: ReadonlyArray<number>): number => {
   return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
 }
 
-/** Which way the Store's statements take: the server's direct way, or the `SqlClient`'s alone. */
-type Way = "direct" | "client"
+/** Which way the Store's statements take: the server's direct way, the `SqlClient`'s alone, or PostgreSQL (a fresh database on `pgAdminUrl`). */
+type Way = "direct" | "client" | "postgres"
+
+/** The admin URL of the PostgreSQL cluster the run started, when the machine has PostgreSQL. */
+let pgAdminUrl: string | undefined
 
 interface RunResult {
   readonly medianMs: number
@@ -134,9 +138,10 @@ const oneRun = (length: number, pool: ReturnType<typeof makePool>, way: Way) =>
     const directory = yield* fs.makeTempDirectoryScoped({ prefix: "cursor-byok-bench-" })
     const filename = path.join(directory, "store.db")
     const connection = Store.layerSqliteClient({ filename })
+    const postgres = way === "postgres" ? Store.layerPostgresClient({ url: yield* Effect.promise(() => freshDatabase(pgAdminUrl!, "bench")) }) : undefined
     // The client's way: the same connection as a bare `SqlClient` (the Store finds no `Direct`).
     const layer = Store.layerSql.pipe(Layer.provideMerge(
-      way === "direct" ? connection : Layer.effect(SqlClient.SqlClient, SqlClient.SqlClient).pipe(Layer.provide(connection))
+      postgres ?? (way === "direct" ? connection : Layer.effect(SqlClient.SqlClient, SqlClient.SqlClient).pipe(Layer.provide(connection)))
     ))
     return yield* Effect.gen(function*() {
       const store = yield* Store.Store
@@ -221,6 +226,12 @@ const oneRun = (length: number, pool: ReturnType<typeof makePool>, way: Way) =>
       yield* store.load(ids[0]!)
       const loadMs = performance.now() - loadStarted
 
+      if (way === "postgres") {
+        const totals = yield* sql<{ n: number; bytes: number; size: number }>`
+          SELECT count(*) AS n, sum(octet_length(message_json)) AS bytes, pg_total_relation_size('messages') AS size FROM messages`
+        const { bytes, n, size } = totals[0]!
+        return { medianMs: median(samples), lookupMs: median(lookups), loadMs, bytesPerMessage: size / n, jsonBytesPerMessage: bytes / n } satisfies RunResult
+      }
       // Fold the WAL into the database file before measuring its size.
       yield* sql.unsafe("PRAGMA wal_checkpoint(TRUNCATE)")
       const pages = yield* sql<{ page_count: number }>`PRAGMA page_count`
@@ -251,6 +262,11 @@ export interface StoreBenchRow {
   /** The same commit and lookup on the client's way. */
   readonly clientCommitMs: number
   readonly clientLookupMs: number
+  /** The same on PostgreSQL (NaN without it): commit, lookup, load, table bytes per message. */
+  readonly pgCommitMs: number
+  readonly pgLookupMs: number
+  readonly pgLoadMs: number
+  readonly pgBytesPerMessage: number
   readonly loadMs: number
   readonly bytesPerMessage: number
   readonly jsonBytesPerMessage: number
@@ -264,18 +280,30 @@ export interface StoreBenchResult {
   readonly markdown: string
 }
 
-/** Runs the benchmark (`runs` fresh databases per history length) and prints its table. */
+/** Runs the benchmark (`runs` fresh databases per history length) and prints its table; PostgreSQL too when the machine has it. */
 export const run = async (options: { readonly runs?: number; readonly print?: boolean } = {}): Promise<StoreBenchResult> => {
+  // PostgreSQL as a team would run it (fsync on; commits acknowledged before their WAL is flushed, as SQLite's WAL with synchronous=NORMAL).
+  const cluster = findPgBin() === undefined ? undefined : await startCluster({ settings: { fsync: "on", synchronous_commit: "off", full_page_writes: "on" } })
+  pgAdminUrl = cluster?.url
+  try {
+    return await measure(options, cluster === undefined ? ["direct", "client"] : ["direct", "client", "postgres"])
+  } finally {
+    await cluster?.stop()
+  }
+}
+
+const measure = async (options: { readonly runs?: number; readonly print?: boolean }, ways: ReadonlyArray<Way>): Promise<StoreBenchResult> => {
   const runs = options.runs ?? 5
   const pool = makePool(LENGTHS[LENGTHS.length - 1]! + WARMUP_ROUNDS + MEASURED_ROUNDS + 2)
   const once = (length: number, way: Way) => Effect.runPromise(oneRun(length, pool, way).pipe(Effect.provide(NodeContext.layer)))
   // One unrecorded pass so that the first length measured does not pay for the JIT warming up.
   for (const length of LENGTHS) await once(length, "direct")
+  if (ways.includes("postgres")) await once(LENGTHS[0]!, "postgres")
   const results = new Map<string, Array<RunResult>>()
   // Lengths and ways interleaved within each run, so drift over time (GC, WAL growth, CPU) hits them alike.
   for (let i = 0; i < runs; i++) {
     for (const length of LENGTHS) {
-      for (const way of ["direct", "client"] as const) {
+      for (const way of ways) {
         const key = `${way}/${length}`
         results.set(key, [...(results.get(key) ?? []), await once(length, way)])
       }
@@ -284,6 +312,7 @@ export const run = async (options: { readonly runs?: number; readonly print?: bo
   const rows: Array<StoreBenchRow> = LENGTHS.map((length) => {
     const measured = results.get(`direct/${length}`)!
     const client = results.get(`client/${length}`)!
+    const pg = results.get(`postgres/${length}`) ?? []
     const medianCommitMs = median(measured.map((r) => r.medianMs))
     return {
       historyLength: length,
@@ -292,6 +321,10 @@ export const run = async (options: { readonly runs?: number; readonly print?: bo
       lookupMs: median(measured.map((r) => r.lookupMs)),
       clientCommitMs: median(client.map((r) => r.medianMs)),
       clientLookupMs: median(client.map((r) => r.lookupMs)),
+      pgCommitMs: pg.length === 0 ? NaN : median(pg.map((r) => r.medianMs)),
+      pgLookupMs: pg.length === 0 ? NaN : median(pg.map((r) => r.lookupMs)),
+      pgLoadMs: pg.length === 0 ? NaN : median(pg.map((r) => r.loadMs)),
+      pgBytesPerMessage: pg.length === 0 ? NaN : median(pg.map((r) => r.bytesPerMessage)),
       loadMs: median(measured.map((r) => r.loadMs)),
       bytesPerMessage: median(measured.map((r) => r.bytesPerMessage)),
       jsonBytesPerMessage: median(measured.map((r) => r.jsonBytesPerMessage))
@@ -304,14 +337,16 @@ export const run = async (options: { readonly runs?: number; readonly print?: bo
   const markdown = [
     `Store commit cost (${runs} runs × ${CONVERSATIONS * MEASURED_ROUNDS} commits per history length; medians)`,
     "",
-    "| history length | commit (ms) | commits/s | lookup (µs) | client's way: commit (ms) / lookup (µs) | DB bytes / message | message JSON bytes | load (ms) |",
-    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    "| history length | commit (ms) | commits/s | lookup (µs) | client's way: commit (ms) / lookup (µs) | DB bytes / message | message JSON bytes | load (ms) | PostgreSQL: commit (ms) / lookup (µs) / load (ms) / table bytes per message |",
+    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ...rows.map((row) =>
       `| ${row.historyLength.toLocaleString("en-US")} | ${format(row.medianCommitMs, 3)} | ${
         Math.round(row.commitsPerSecond).toLocaleString("en-US")
       } | ${format(row.lookupMs * 1000, 0)} | ${format(row.clientCommitMs, 3)} / ${format(row.clientLookupMs * 1000, 0)} | ${
         Math.round(row.bytesPerMessage)
-      } | ${Math.round(row.jsonBytesPerMessage)} | ${format(row.loadMs, 1)} |`
+      } | ${Math.round(row.jsonBytesPerMessage)} | ${format(row.loadMs, 1)} | ${
+        Number.isNaN(row.pgCommitMs) ? "no PostgreSQL here" : `${format(row.pgCommitMs, 3)} / ${format(row.pgLookupMs * 1000, 0)} / ${format(row.pgLoadMs, 1)} / ${Math.round(row.pgBytesPerMessage)}`
+      } |`
     ),
     "",
     `ratio 2,000 / 20: ${format(ratio, 2)}× (budget ≤ 1.5×: ${ratio <= 1.5 ? "met" : "MISSED"})`

@@ -1,6 +1,6 @@
 /**
  * The `cursor-byok` command line (@effect/cli): `serve` (the default), `setup`, `unsetup`,
- * `doctor` and `ca`. Each command is a small program over the configuration and `BYOK_HOME`;
+ * `doctor`, `ca` and `users` (a team server's users, `cli/Users.ts`). Each command is a small program over the configuration and `BYOK_HOME`;
  * the work is in `Server.ts` and `hookup/`. A failure prints one line saying what to do and
  * exits with status 1 (a failure of several problems, a line each). `--help` pages are
  * `cli/Help.ts`'s.
@@ -10,6 +10,7 @@ import * as Command from "@effect/cli/Command"
 import * as Options from "@effect/cli/Options"
 import { Cause, Console, Effect, HashMap, Inspectable, Layer, Logger, LogLevel, Option } from "effect"
 import * as Help from "./cli/Help.js"
+import * as UsersCli from "./cli/Users.js"
 import * as Config from "./Config.js"
 import * as Ca from "./hookup/Ca.js"
 import * as Doctor from "./hookup/Doctor.js"
@@ -94,7 +95,7 @@ const ca = Command.make("ca", {}, () => showCa).pipe(
 
 const root = Command.make("cursor-byok", {}, () => serveProgram).pipe(
   Command.withDescription("A server for Cursor's agent protocol that calls the LLM provider you choose, with your own key"),
-  Command.withSubcommands([serve, setup, unsetup, doctor, ca, Capture.capture, Capture.replay])
+  Command.withSubcommands([serve, setup, unsetup, doctor, ca, UsersCli.users, Capture.capture, Capture.replay])
 )
 
 const program = { name: "cursor-byok", version: "0.1.0" }
@@ -113,7 +114,12 @@ const pages: ReadonlyArray<Help.Page> = [
   { path: ["ca"], command: ca, subcommands: true },
   { path: ["ca", "show"], command: caShow },
   { path: ["ca", "create"], command: caCreate },
-  { path: ["ca", "renew"], command: caRenew }
+  { path: ["ca", "renew"], command: caRenew },
+  { path: ["users"], command: UsersCli.users, subcommands: true },
+  { path: ["users", "add"], command: UsersCli.subcommands.add },
+  { path: ["users", "list"], command: UsersCli.subcommands.list },
+  { path: ["users", "remove"], command: UsersCli.subcommands.remove },
+  { path: ["users", "token"], command: UsersCli.subcommands.token }
 ]
 
 /** `--help`: the command's page (`cli/Help.ts`); anything else, the command line. */

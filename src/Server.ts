@@ -39,6 +39,7 @@ import { capConnections, type ConnectionLimits, defaultConnectionLimits } from "
 import * as SideRpcs from "./transport/SideRpcs.js"
 import * as TabRpcs from "./transport/side/Tab.js"
 import * as TabService from "./tab/Service.js"
+import * as UsersService from "./users/Service.js"
 
 /** A tool call's kind, and whether a restart may run it again (reads) or must not (shell, writes, MCP). */
 export const classifyTool = (call: ToolCall): { readonly kind: string; readonly idempotent: boolean } => {
@@ -190,7 +191,10 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
   const core = Layer.unwrapEffect(Effect.map(LiveConfig, ({ current }) =>
     Runner.layer(runnerOptions(current)).pipe(
       Layer.provideMerge(Transport.layerSessions(transportOptions(current))),
-      Layer.provideMerge(FaultInjection.wrapStore(Store.layer(database), faults)),
+      Layer.provideMerge(FaultInjection.wrapStore(Store.layerSql, faults)),
+      // The team's users (none: one person's server), on the Store's database.
+      Layer.provideMerge(UsersService.layer),
+      Layer.provideMerge(Store.layerClient(database)),
       Layer.provideMerge(llm ?? Capture.recordingLlm(Router.layerLive(() => current().router))),
       Layer.provideMerge(Web.layer),
       // Tab on the user's FIM model, on the running configuration's `tab` (off without one).

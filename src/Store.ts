@@ -42,9 +42,12 @@ export const layerPostgres = (options: Postgres.PostgresOptions): Layer.Layer<St
 /** A migrated PostgreSQL pool, for callers (tests, tools) that need SQL beside the Store. */
 export const layerPostgresClient = Postgres.layerClient
 
-/** The Store `database` names: a `postgres://` URL, or a SQLite file. */
-export const layer = (database: string): Layer.Layer<Store, StoreError> =>
-  Postgres.isPostgresUrl(database) ? layerPostgres({ url: database }) : layerSqlite({ filename: database })
+/** The migrated database `database` names (a `postgres://` URL, or a SQLite file), as the `SqlClient` the Store and the users run on. */
+export const layerClient = (database: string): Layer.Layer<SqlClient.SqlClient, StoreError> =>
+  Postgres.isPostgresUrl(database) ? Postgres.layerClient({ url: database }) : Sqlite.layerClient({ filename: database })
+
+/** The Store `database` names. */
+export const layer = (database: string): Layer.Layer<Store, StoreError> => layerSql.pipe(Layer.provide(layerClient(database)))
 
 /** A private in-memory database per build: for tests. */
 export const layerMemory: Layer.Layer<Store, StoreError> = layerSqlite({ filename: ":memory:" })

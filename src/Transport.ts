@@ -33,6 +33,10 @@ import { Transport } from "./transport/Service.js"
 import type { AttachOutput } from "./transport/Service.js"
 import * as Sessions from "./transport/Sessions.js"
 import { endInput } from "./transport/TurnEnd.js"
+import { Users } from "./Users.js"
+import type { Caller } from "./Users.js"
+import * as Admit from "./users/Admit.js"
+import { linkCaller, mayAct } from "./transport/Callers.js"
 
 export { defaultTransportOptions } from "./transport/Options.js"
 export { BIDI_APPEND_PATH, joinFrames, RUN_SSE_PATH, Transport } from "./transport/Service.js"
@@ -47,7 +51,14 @@ export const make = Effect.gen(function*() {
   const runner = yield* Runner
   // The web tools need the Web service; without it (tests of the transport alone) they are never offered.
   const web = yield* Effect.serviceOption(Web)
-  const env: InputEnv = makeInputEnv(sessions.env, runner, sessions, Option.match(web, { onNone: () => noServerWork, onSome: workerOf }))
+  const users = yield* Effect.serviceOption(Users)
+  const env: InputEnv = makeInputEnv(
+    sessions.env,
+    runner,
+    sessions,
+    Option.match(web, { onNone: () => noServerWork, onSome: workerOf }),
+    Option.match(users, { onNone: () => Admit.admitAll, onSome: (service) => Admit.make(service) })
+  )
   const { options } = env
   const background = yield* FiberSet.make()
 
@@ -55,18 +66,23 @@ export const make = Effect.gen(function*() {
   yield* FiberSet.run(background, Effect.forever(Effect.flatMap(Queue.take(sessions.adoptions), (session) => Recovery.adoptHeld(env, session))))
 
   /** An append: its answer at once when the driver takes it in this call (`acceptNow`), else the effect that takes it. */
-  const bidiAppend = (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string): Uint8Array | Effect.Effect<Uint8Array, ConnectError> => {
+  const bidiAppend = (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string, caller?: Caller): Uint8Array | Effect.Effect<Uint8Array, ConnectError> => {
     const frame = Dialect.decodeBidiAppendFrame(body, Drift.sinkFor(clientVersion))
     if (Either.isLeft(frame)) return Effect.fail(new ConnectError("invalid_argument", frame.left.message))
     const { requestId, appendSeqno, message } = frame.right
     if (appendSeqno < 0n || appendSeqno > BigInt(Number.MAX_SAFE_INTEGER)) {
       return Effect.fail(new ConnectError("out_of_range", `append_seqno ${appendSeqno} is out of range`))
     }
-    if (parent === undefined && Either.isRight(message) && acceptNow(env, requestId, Number(appendSeqno), message.right)) return APPEND_RESPONSE
+    // A user's append is taken at once only on a session already theirs.
+    const known = caller?._tag === "User" ? sessions.get(requestId) : undefined
+    const plain = caller?._tag !== "User" || (known?.caller?._tag === "User" && mayAct(known.caller, caller))
+    if (parent === undefined && plain && Either.isRight(message) && acceptNow(env, requestId, Number(appendSeqno), message.right)) return APPEND_RESPONSE
     return Effect.suspend(() => {
       // A subagent's run names its parent on its requests: the session keeps it before its run request is taken.
-      if (parent === undefined) return appendFor(requestId, Number(appendSeqno), message)
+      if (parent === undefined && plain) return appendFor(requestId, Number(appendSeqno), message)
       return Effect.flatMap(sessions.sessionFor(requestId), (session) => {
+        const refused = linkCaller(session, caller)
+        if (refused !== undefined) return Effect.fail(refused)
         linkParent(session, parent)
         return appendFor(requestId, Number(appendSeqno), message)
       })
@@ -101,7 +117,7 @@ export const make = Effect.gen(function*() {
   const output = (session: Session): AttachOutput => (sink) =>
     session.channel.attachSink(sink, { frame: HEARTBEAT_FRAME, interval: Duration.millis(options.heartbeatMs) })
 
-  const runSse = (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string) =>
+  const runSse = (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string, caller?: Caller) =>
     Effect.gen(function*() {
       const envelopes = parseEnvelopes(body, options.runSseMaxBytes)
       if (envelopes instanceof ConnectError) return yield* Effect.fail(envelopes)
@@ -109,7 +125,11 @@ export const make = Effect.gen(function*() {
       if (first === undefined) return yield* Effect.fail(new ConnectError("invalid_argument", "RunSSE request has no message"))
       const requestId = Dialect.decodeRunSseRequest(first.payload, Drift.sinkFor(clientVersion))
       if (Either.isLeft(requestId)) return yield* Effect.fail(new ConnectError("invalid_argument", requestId.left.message))
+      const refusedBefore = callerRefusal(requestId.right, caller)
+      if (refusedBefore !== undefined) return yield* Effect.fail(refusedBefore)
       const session = yield* readerSession(requestId.right)
+      const refused = linkCaller(session, caller)
+      if (refused !== undefined) return yield* Effect.fail(refused)
       linkParent(session, parent)
       return output(session)
     })
@@ -119,11 +139,22 @@ export const make = Effect.gen(function*() {
       ? Effect.void
       : Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs("requestId", requestId))
 
-  const runOutput = (requestId: string, parent?: Dialect.ParentLink) =>
-    Effect.map(readerSession(requestId), (session) => {
+  /** Another user's session on this request id (a reader would replace it): the refusal. */
+  const callerRefusal = (requestId: string, caller: Caller | undefined): ConnectError | undefined => {
+    const existing = sessions.get(requestId)
+    return existing === undefined || mayAct(existing.caller, caller) ? undefined : new ConnectError("permission_denied", "this request belongs to another user's session")
+  }
+
+  const runOutput = (requestId: string, parent?: Dialect.ParentLink, caller?: Caller) =>
+    Effect.suspend(() => {
+      const refused = callerRefusal(requestId, caller)
+      return refused === undefined ? readerSession(requestId) : Effect.fail(refused)
+    }).pipe(Effect.flatMap((session) => {
+      const refused = linkCaller(session, caller)
+      if (refused !== undefined) return Effect.fail(refused)
       linkParent(session, parent)
-      return output(session)
-    })
+      return Effect.succeed(output(session))
+    }))
 
   const runInputEnded = (requestId: string) =>
     Effect.suspend(() => {

@@ -664,7 +664,7 @@ describe.each(engines)("Store on $name", (engine) => {
           yield* commitAll("conv-old", steps)
           return { migrated: migrated.map((m) => m.migration_id), found: yield* store.findTurnStarts("req-old/") }
         }).pipe(Effect.provide(withSql(filename)))
-        assert.deepStrictEqual(result.migrated, [1, 2, 3, 4, 5, 6, 7])
+        assert.deepStrictEqual(result.migrated, [1, 2, 3, 4, 5, 6, 7, 8])
         assert.deepStrictEqual(result.found.map((start) => start.inputId), ["req-old/m2:0", "req-old/m1:0"])
       }).pipe(Effect.provide(NodeContext.layer)))
   })

@@ -185,9 +185,12 @@ export interface ServerChild extends Child {
 }
 
 /** The real server (Server.layer) in a child, on a fresh SQLite database in a temp directory. */
-export const startServer = async (providerBaseUrl: string, options: ChildOptions & { readonly config?: Record<string, unknown> } = {}): Promise<ServerChild> => {
+export const startServer = async (
+  providerBaseUrl: string,
+  options: ChildOptions & { readonly config?: Record<string, unknown>; readonly database?: string } = {}
+): Promise<ServerChild> => {
   const dir = mkdtempSync(join(tmpdir(), "byok-bench-"))
-  const config = benchConfig(providerBaseUrl, join(dir, "bench.sqlite"), options.config)
+  const config = benchConfig(providerBaseUrl, options.database ?? join(dir, "bench.sqlite"), options.config)
   const child = await launch("serve.ts", { ...options, env: { ...options.env, BENCH_CONFIG: JSON.stringify(config) } })
   return {
     ...child,

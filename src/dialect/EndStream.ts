@@ -16,6 +16,7 @@ export const ConnectCode = Schema.Literal(
   "invalid_argument",
   "deadline_exceeded",
   "not_found",
+  "permission_denied",
   "resource_exhausted",
   "failed_precondition",
   "aborted",

@@ -293,3 +293,11 @@ const pairToolCalls = (messages: ReadonlyArray<Message>, notes: Array<string>): 
   closeOpen()
   return out
 }
+
+/** A turn the server's users policy refused (`users/Admit.ts`): the stream ends with why, in Cursor's error card. */
+export const turnRefused = (refusal: { readonly kind: "model" | "owner" | "budget"; readonly title: string; readonly message: string }): EndStream =>
+  EndStream.Error({
+    code: refusal.kind === "budget" ? "resource_exhausted" : "permission_denied",
+    message: refusal.message,
+    detail: { error: ErrorDetails_Error.CUSTOM_MESSAGE, title: refusal.title, detail: refusal.message, isRetryable: false }
+  })

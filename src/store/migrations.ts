@@ -214,6 +214,33 @@ const callAttempts = Effect.gen(function*() {
   yield* sql`CREATE INDEX llm_call_attempts_failed ON llm_call_attempts (failed_at_ms)`
 })
 
+/**
+ * The users of a team's server (`Users.ts`): a token's SHA-256 each (never the token), the
+ * models they may use (a JSON array; null: every model) and their limits in USD (null: none).
+ * `conversation_owners` says whose each conversation is; no reference to `conversations`, as a
+ * conversation is claimed before its first commit, and removing a user leaves their rows.
+ */
+const users = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE users (
+      user_id TEXT PRIMARY KEY NOT NULL,
+      name TEXT NOT NULL UNIQUE,
+      token_hash TEXT NOT NULL UNIQUE,
+      models_json TEXT,
+      daily_usd REAL,
+      monthly_usd REAL,
+      created_at_ms INTEGER NOT NULL
+    )`
+  yield* sql`
+    CREATE TABLE conversation_owners (
+      conversation_id TEXT PRIMARY KEY NOT NULL,
+      user_id TEXT NOT NULL,
+      claimed_at_ms INTEGER NOT NULL
+    )`
+  yield* sql`CREATE INDEX conversation_owners_user ON conversation_owners (user_id)`
+})
+
 /** Keyed `<id>_<name>` as the migrator expects; applied in id order, each once. */
 export const migrations = {
   "0001_init": init,
@@ -222,5 +249,6 @@ export const migrations = {
   "0004_segments": segments,
   "0005_call_timings": callTimings,
   "0006_conversation_names": conversationNames,
-  "0007_call_attempts": callAttempts
+  "0007_call_attempts": callAttempts,
+  "0008_users": users
 }

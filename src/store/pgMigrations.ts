@@ -155,7 +155,30 @@ const schema = Effect.gen(function*() {
   yield* sql`CREATE INDEX llm_call_attempts_failed ON llm_call_attempts (failed_at_ms)`
 })
 
+/** SQLite's 0008: the users of a team's server and whose each conversation is (see `migrations.ts`). */
+const users = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE users (
+      user_id TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+      name TEXT COLLATE "C" NOT NULL UNIQUE,
+      token_hash TEXT COLLATE "C" NOT NULL UNIQUE,
+      models_json TEXT,
+      daily_usd DOUBLE PRECISION,
+      monthly_usd DOUBLE PRECISION,
+      created_at_ms BIGINT NOT NULL
+    )`
+  yield* sql`
+    CREATE TABLE conversation_owners (
+      conversation_id TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+      user_id TEXT COLLATE "C" NOT NULL,
+      claimed_at_ms BIGINT NOT NULL
+    )`
+  yield* sql`CREATE INDEX conversation_owners_user ON conversation_owners (user_id)`
+})
+
 /** Keyed `<id>_<name>` as the migrator expects; applied in id order, each once. */
 export const pgMigrations = {
-  "0001_schema": schema
+  "0001_schema": schema,
+  "0002_users": users
 }

@@ -18,6 +18,8 @@ import * as Tools from "../Tools.js"
 import { delivered, kvAnswered, step } from "./Driver.js"
 import { importedHistoryOf, readHistoryBack } from "./History.js"
 import type { HistoryRead } from "./History.js"
+import { admitAll } from "../users/Admit.js"
+import type { Admission } from "../users/Admit.js"
 import type { EffectCommand, InputEnv, ServerWorker } from "./InputEnv.js"
 import { noServerWork } from "./InputEnv.js"
 import * as Recovery from "./Recovery.js"
@@ -29,12 +31,19 @@ import { attachChild, childSessionsOf } from "./Subagents.js"
 import { endSession } from "./TurnEnd.js"
 
 /** The driver's env: the commands of the client's messages are this module's. */
-export const makeInputEnv = (base: SessionEnv, runner: Context.Tag.Service<Runner>, sessions: SessionsService, worker: ServerWorker = noServerWork): InputEnv => {
+export const makeInputEnv = (
+  base: SessionEnv,
+  runner: Context.Tag.Service<Runner>,
+  sessions: SessionsService,
+  worker: ServerWorker = noServerWork,
+  admit: Admission = admitAll
+): InputEnv => {
   const env: InputEnv = {
     ...base,
     runner,
     sessions,
     worker,
+    admit,
     carryOut: (session, command) => carryOut(env, session, command),
     replayEnd: (session, ended) => Recovery.replayEnd(env, session, ended)
   }
@@ -100,6 +109,12 @@ const startWork = (env: InputEnv, session: Session, command: Extract<SessionComm
 const startTurn = (env: InputEnv, session: Session, command: Extract<SessionCommand, { readonly _tag: "StartTurn" }>): Effect.Effect<void> =>
   Effect.gen(function*() {
     const { run, inputId } = command
+    // A team's server: the caller's model, ownership of the chat and budget first.
+    const refusal = yield* env.admit.turn(session.caller, conversationOf(session.requestId, run), run.model)
+    if (refusal !== undefined) {
+      yield* Effect.logWarning(`transport: ${session.requestId}: turn refused: ${refusal.message}`)
+      return yield* step(env, session, SessionInput.TurnRefused({ inputId, end: Dialect.turnRefused(refusal) }))
+    }
     const history = yield* readHistoryBack(env, session, run, inputId)
     if (command.readContext || history !== undefined) return yield* startAfterContext(env, session, run, inputId, [...command.reads, ...(history?.reads ?? [])], history)
     yield* Effect.flatMap(startOf(env, session, run, inputId), (start) => step(env, session, SessionInput.TurnReady({ inputId, run, start })))

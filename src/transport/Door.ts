@@ -8,7 +8,7 @@
  * forwarder) carry a hop mark holding this process's secret: only they may name Cursor's hosts,
  * and only the proxy's (loopback only) are exempt from the token off loopback.
  */
-import { Context, Effect, Layer, Runtime } from "effect"
+import { Context, Effect, Layer, Option, Runtime } from "effect"
 import type * as Http from "node:http"
 import type * as Http2 from "node:http2"
 import { randomBytes } from "node:crypto"
@@ -17,6 +17,8 @@ import { ConnectError, errorAnswer } from "./Connect.js"
 import { writeError } from "./front/Protocol.js"
 import { trailersOf } from "./front/Status.js"
 import * as Policy from "./Policy.js"
+import { LOCAL, Users } from "../Users.js"
+import type { Caller } from "../Users.js"
 
 /** The hop mark's header (dropped before any handler, and by the forwarder towards Cursor). */
 export const HOP_HEADER = "x-cursor-byok-hop"
@@ -50,11 +52,20 @@ export const CURSOR_TLS: Listener = { secure: true, cursorListener: true }
 export type Refusal = Extract<Policy.Verdict, { _tag: "Refuse" }>
 
 export interface DoorService {
-  /** Checks a request: true lets it through (its hop mark removed); false means it was answered. */
-  readonly http1: (request: Http.IncomingMessage, response: Http.ServerResponse, listener?: Listener) => boolean
+  /** Checks a request: its caller lets it through (its hop mark removed, `callerOf` tells it after); false means it was answered. */
+  readonly http1: (request: Http.IncomingMessage, response: Http.ServerResponse, listener?: Listener) => Caller | false
   /** The same for an HTTP/2 stream not yet responded to. */
-  readonly http2: (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders, listener: Listener) => boolean
+  readonly http2: (stream: Http2.ServerHttp2Stream, headers: Http2.IncomingHttpHeaders, listener: Listener) => Caller | false
 }
+
+const callers = new WeakMap<object, Caller>()
+
+/**
+ * Who sent a request the door let through (HTTP/1.1's request, or an HTTP/2 stream or its
+ * compatibility request); `Local` for one that did not pass a door (tests' direct calls).
+ */
+export const callerOf = (request: object): Caller =>
+  callers.get(request) ?? ("stream" in request && typeof request.stream === "object" && request.stream !== null ? callers.get(request.stream) : undefined) ?? LOCAL
 
 export class Door extends Context.Tag("cursor-byok/transport/Door")<Door, DoorService>() {}
 
@@ -121,7 +132,10 @@ export const make = (settings: () => Policy.PolicySettings, log: (line: string) 
   return {
     http1: (request, response, listener = PLAIN) => {
       const verdict = verdictOf(settings(), request.method ?? "GET", request.url ?? "/", request.headers, request.socket?.localPort, listener)
-      if (verdict._tag === "Pass") return true
+      if (verdict._tag === "Pass") {
+        if (verdict.caller !== LOCAL) callers.set(request, verdict.caller)
+        return verdict.caller
+      }
       note(verdict, request.method ?? "GET", request.url ?? "/")
       const grpc = grpcRefusal(request.headers["content-type"], errorOf(verdict))
       if (grpc !== undefined && !response.headersSent) {
@@ -138,7 +152,10 @@ export const make = (settings: () => Policy.PolicySettings, log: (line: string) 
       const method = String(headers[":method"] ?? "GET")
       const url = String(headers[":path"] ?? "/")
       const verdict = verdictOf(settings(), method, url, headers, stream.session?.socket?.localPort, listener)
-      if (verdict._tag === "Pass") return true
+      if (verdict._tag === "Pass") {
+        if (verdict.caller !== LOCAL) callers.set(stream, verdict.caller)
+        return verdict.caller
+      }
       note(verdict, method, url)
       if (!stream.destroyed && !stream.headersSent) {
         const grpc = grpcRefusal(headers["content-type"], errorOf(verdict))
@@ -155,16 +172,21 @@ export const make = (settings: () => Policy.PolicySettings, log: (line: string) 
   }
 }
 
-/** The policy's settings from a configuration. */
-export const settingsOf = (config: { readonly host: string; readonly allowedHosts: ReadonlyArray<string>; readonly console: { readonly token: Policy.PolicySettings["token"] } }): Policy.PolicySettings => ({
+/** The policy's settings from a configuration (and the team's users, when the server has them). */
+export const settingsOf = (
+  config: { readonly host: string; readonly allowedHosts: ReadonlyArray<string>; readonly console: { readonly token: Policy.PolicySettings["token"] } },
+  users?: Policy.UserLookup
+): Policy.PolicySettings => ({
   bindHost: config.host,
   allowedHosts: config.allowedHosts,
-  token: config.console.token
+  token: config.console.token,
+  users
 })
 
-/** The door over the running configuration (a reload's allowed hosts and token apply to the next request). */
+/** The door over the running configuration (a reload's allowed hosts and token apply to the next request) and the users, if provided. */
 export const layer: Layer.Layer<Door, never, LiveConfig> = Layer.effect(Door, Effect.gen(function*() {
   const { current } = yield* LiveConfig
+  const users = Option.getOrUndefined(yield* Effect.serviceOption(Users))
   const runtime = yield* Effect.runtime<never>()
-  return make(() => settingsOf(current()), (line) => void Runtime.runFork(runtime)(Effect.logWarning(line)))
+  return make(() => settingsOf(current(), users), (line) => void Runtime.runFork(runtime)(Effect.logWarning(line)))
 }))

@@ -5,6 +5,7 @@ import type { TurnWebTools } from "../Loop.js"
 import type { Runner, StartedTurn } from "../Runner.js"
 import type { SessionCommand } from "../Session.js"
 import * as Tools from "../Tools.js"
+import type { Admission } from "../users/Admit.js"
 import type { Session, SessionEnv } from "./Session.js"
 import type { SessionsService } from "./Sessions.js"
 
@@ -34,5 +35,7 @@ export interface InputEnv extends SessionEnv {
   readonly carryOut: (session: Session, command: EffectCommand) => Effect.Effect<void>
   /** Replays the end of a turn an earlier process ended (`Recovery.replayEnd`). */
   readonly replayEnd: (session: Session, ended: Extract<StartedTurn, { readonly _tag: "Ended" }>) => Effect.Effect<void>
+  /** Whether the session's caller may start or resume a turn (`users/Admit.ts`): the refusal, or undefined. */
+  readonly admit: Admission
 }
 

@@ -3,10 +3,12 @@
  * content type and token a request may carry. `transport/Door.ts` applies it to Node's requests
  * and HTTP/2 streams; the README's "Security model" says why each rule is there.
  */
-import { Redacted } from "effect"
+import { Option, Redacted } from "effect"
 import { createHash, timingSafeEqual } from "node:crypto"
 import { isIP } from "node:net"
 import { isLoopback } from "../Config.js"
+import { LOCAL, OPERATOR } from "../Users.js"
+import type { Caller, User } from "../Users.js"
 
 /** How a request reached the door that checks it. */
 export type Via =
@@ -23,6 +25,14 @@ export interface PolicySettings {
   /** Host names (or `name:port`) the operator allows besides loopback ones, lower case. */
   readonly allowedHosts: ReadonlyArray<string>
   readonly token: Redacted.Redacted<string> | undefined
+  /** The team's users (`Users.ts`), from memory; absent: one person's server. */
+  readonly users?: UserLookup | undefined
+}
+
+/** What the door asks of the users: whether there are any, and whose a token is. */
+export interface UserLookup {
+  readonly teamMode: () => boolean
+  readonly authenticate: (token: string) => Option.Option<User>
 }
 
 export interface RequestFacts {
@@ -47,7 +57,8 @@ export interface RequestFacts {
 }
 
 export type Verdict =
-  | { readonly _tag: "Pass" }
+  /** Let through, sent by `caller`. */
+  | { readonly _tag: "Pass"; readonly caller: Caller }
   | {
     readonly _tag: "Refuse"
     readonly status: 400 | 401 | 403 | 415
@@ -56,7 +67,7 @@ export type Verdict =
     readonly message: string
   }
 
-const PASS: Verdict = { _tag: "Pass" }
+const PASS: Verdict = { _tag: "Pass", caller: LOCAL }
 
 
 /** Cursor's API hosts, canonical (lower case, no trailing dot): api2, api3, api5 and the agent hosts under it. The proxy decrypts these; the TLS listener is given to Cursor in their place. */
@@ -170,6 +181,28 @@ const tokenVerdict = (settings: PolicySettings, facts: RequestFacts): Verdict =>
   return { _tag: "Refuse", status: 401, cause: "token", message: `this server needs its token: ${TOKEN_HELP}` }
 }
 
+export const TEAM_TOKEN_HELP =
+  "this is a team's server: send your token (from the operator: `cursor-byok users add <name>`) as Authorization: Bearer <token> or x-byok-token: <token>"
+
+/**
+ * On a team's server every request but `/healthz` names its caller: the operator (`console.token`),
+ * or a user by their token. The console and `/metrics` show every user's figures: the operator's.
+ */
+const teamVerdict = (settings: PolicySettings, facts: RequestFacts, users: UserLookup): Verdict => {
+  if (facts.path === "/healthz") return PASS
+  const given = tokenOf(facts)
+  if (given === undefined) return { _tag: "Refuse", status: 401, cause: "token", message: TEAM_TOKEN_HELP }
+  if (settings.token !== undefined && sameToken(given, Redacted.value(settings.token))) return { _tag: "Pass", caller: OPERATOR }
+  const user = users.authenticate(given)
+  if (Option.isNone(user)) {
+    return { _tag: "Refuse", status: 401, cause: "token", message: "this token is not one of this server's users (removed, or replaced by `cursor-byok users token`): ask the operator for yours" }
+  }
+  if (isPageRoute(facts.path)) {
+    return { _tag: "Refuse", status: 403, cause: "token", message: `${facts.path.slice(0, 100)} shows every user's conversations and figures: it takes the operator's token (console.token)` }
+  }
+  return { _tag: "Pass", caller: { _tag: "User", user: user.value } }
+}
+
 /** The policy's verdict on one request. */
 export const check = (settings: PolicySettings, facts: RequestFacts): Verdict => {
   if (!hostAllowed(settings, facts, facts.host)) {
@@ -192,5 +225,5 @@ export const check = (settings: PolicySettings, facts: RequestFacts): Verdict =>
       message: `${facts.path.slice(0, 200)} takes the Connect, gRPC or gRPC-Web protocol (application/proto, application/connect+proto, application/grpc...), not ${facts.contentType === undefined || facts.contentType === "" ? "a body without a content type" : JSON.stringify(facts.contentType.slice(0, 100))}`
     }
   }
-  return tokenVerdict(settings, facts)
+  return settings.users?.teamMode() === true ? teamVerdict(settings, facts, settings.users) : tokenVerdict(settings, facts)
 }

@@ -35,6 +35,8 @@ const turnInFlight = (env: InputEnv, resumer: Session, conversationId: string): 
 export const resume = (env: InputEnv, session: Session) =>
   Effect.gen(function*() {
     const conversationId = session.state.conversationId ?? session.requestId
+    const refusal = yield* env.admit.resume(session.caller, conversationId)
+    if (refusal !== undefined) return yield* endSession(session, Dialect.turnRefused(refusal))
     const inFlight = turnInFlight(env, session, conversationId)
     if (inFlight !== undefined) return yield* mirror(env, session, inFlight)
     const current = yield* env.runner.currentTurn(conversationId)

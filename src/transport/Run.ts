@@ -112,7 +112,7 @@ export const layer = (options: Http2Options): Layer.Layer<Http2Endpoints, Config
   Layer.scoped(Http2Endpoints, Effect.gen(function*() {
     const front = yield* HttpFront
     const door = Option.getOrUndefined(yield* Effect.serviceOption(Door))
-    const gateOf = (listener: Listener): Gate => door === undefined ? () => true : (stream, headers) => door.http2(stream, headers, listener)
+    const gateOf = (listener: Listener): Gate => door === undefined ? () => true : (stream, headers) => door.http2(stream, headers, listener) !== false
     const limits = options.limits ?? defaultConnectionLimits
     let cleartextPort: number | undefined
     let tlsPort: number | undefined

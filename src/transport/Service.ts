@@ -3,6 +3,7 @@ import { Context } from "effect"
 import type { Effect } from "effect"
 import type * as Dialect from "../Dialect.js"
 import type { ClientMessage } from "../Dialect.js"
+import type { Caller } from "../Users.js"
 import type { ConnectError } from "./Connect.js"
 import type { TransportOptions } from "./Options.js"
 import type { FrameSink } from "./TurnChannel.js"
@@ -15,12 +16,12 @@ export interface TransportService {
    * takes it. `clientVersion`: the request's `x-cursor-client-version`, which its unknown fields
    * are counted under (`Drift.ts`).
    */
-  readonly bidiAppend: (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string) => Uint8Array | Effect.Effect<Uint8Array, ConnectError>
+  readonly bidiAppend: (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string, caller?: Caller) => Uint8Array | Effect.Effect<Uint8Array, ConnectError>
   /**
    * Opens the output of a RunSSE request body: attaching a sink gives it the frames (heartbeats
    * included), ending with end-stream; the attach returns the sink's detach.
    */
-  readonly runSse: (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string) => Effect.Effect<AttachOutput, ConnectError>
+  readonly runSse: (body: Uint8Array, parent?: Dialect.ParentLink, clientVersion?: string, caller?: Caller) => Effect.Effect<AttachOutput, ConnectError>
   /**
    * One client message of a `Run` stream, the `seqno`th on it: taken in order like an append
    * (`Run` has no acknowledgements). Fails with a Connect error that ends the stream.
@@ -32,7 +33,7 @@ export interface TransportService {
    */
   readonly runInputEnded: (requestId: string) => Effect.Effect<boolean>
   /** The output of a `Run` stream: the session's frames (heartbeats included), ending with end-stream. */
-  readonly runOutput: (requestId: string, parent?: Dialect.ParentLink) => Effect.Effect<AttachOutput>
+  readonly runOutput: (requestId: string, parent?: Dialect.ParentLink, caller?: Caller) => Effect.Effect<AttachOutput, ConnectError>
   /** Ends every open stream with a retryable error (graceful shutdown). */
   readonly shutdown: Effect.Effect<void>
   /** Open sessions, for metrics and tests. */

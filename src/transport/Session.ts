@@ -17,6 +17,7 @@ import type { Settlement } from "./Settlement.js"
 import { makeTurnChannel } from "./TurnChannel.js"
 import type { TurnChannel } from "./TurnChannel.js"
 import type { TransportOptions } from "./Options.js"
+import type { Caller } from "../Users.js"
 
 export { Lifecycle, parseInputId } from "../Session.js"
 
@@ -40,6 +41,8 @@ export interface Session {
   nextTurnStarted: (() => void) | undefined
   /** The parent this request's run is a subagent for (Cursor's `x-parent-*` headers). */
   parent: Dialect.ParentLink | undefined
+  /** Who opened it (the door's caller of its first request); its other requests must be theirs (`Callers.ts`). */
+  caller: Caller | undefined
   /** `set_blob`s in flight, by KV id: each called once, with whether the client stored the blob (false: an error, the session's end). */
   readonly blobAcks: Map<number, (ok: boolean) => void>
   /** get_blob reads in flight (request-context parts, attached images), by KV id: the blob, or undefined on an error. */
@@ -74,6 +77,7 @@ export const makeSession = (requestId: string, atMs: number): Effect.Effect<Sess
     resumeOf: undefined,
     nextTurnStarted: undefined,
     parent: undefined,
+    caller: undefined,
     blobAcks: new Map(),
     blobReads: new Map(),
     inputEnded: false,

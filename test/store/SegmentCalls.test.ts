@@ -283,7 +283,7 @@ describe.each(engines)("Store: the model calls of segments, on $name", (engine) 
         const store = yield* Store.Store
         const sql = yield* SqlClient.SqlClient
         const migrated = yield* sql<{ migration_id: number }>`SELECT migration_id FROM effect_sql_migrations ORDER BY migration_id`
-        assert.deepStrictEqual(migrated.map((m) => Number(m.migration_id)), [1, 2, 3, 4, 5, 6, 7])
+        assert.deepStrictEqual(migrated.map((m) => Number(m.migration_id)), [1, 2, 3, 4, 5, 6, 7, 8])
 
         const loaded = yield* loadSome("conv-old")
         assert.strictEqual(loaded.version, steps.length)

@@ -39,7 +39,7 @@ export const sqlite: Engine = {
   }).pipe(Effect.orDie),
   withSql: sqliteWithSql,
   fresh: sqliteWithSql(":memory:"),
-  migrationIds: [1, 2, 3, 4, 5, 6, 7],
+  migrationIds: [1, 2, 3, 4, 5, 6, 7, 8],
   dropHistoryGuards: (sql) => Effect.zipRight(sql`DROP TRIGGER messages_no_update`, sql`DROP TRIGGER messages_no_delete`),
   withoutForeignKeys: (sql, damage) =>
     Effect.acquireUseRelease(sql`PRAGMA foreign_keys = OFF`, () => damage, () => Effect.orDie(sql`PRAGMA foreign_keys = ON`))
@@ -56,7 +56,7 @@ export const postgres: Engine | undefined = postgresUrl === undefined ? undefine
   database: newPgDatabase(postgresUrl),
   withSql: pgWithSql,
   fresh: Layer.unwrapEffect(Effect.map(newPgDatabase(postgresUrl), pgWithSql)),
-  migrationIds: [1],
+  migrationIds: [1, 2],
   dropHistoryGuards: (sql) => sql`DROP TRIGGER messages_no_change ON messages`,
   // Triggers (foreign keys' among them) are off for this transaction's connection alone.
   withoutForeignKeys: (sql, damage) => sql.withTransaction(Effect.zipRight(sql`SET LOCAL session_replication_role = replica`, damage))

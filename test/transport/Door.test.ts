@@ -3,6 +3,7 @@
  * refused), the answer a refused request gets, and the log: one line per cause a minute, with
  * how many more were refused meanwhile.
  */
+import { LOCAL } from "../../src/Users.js"
 import { assert, describe, it } from "@effect/vitest"
 import type * as Http from "node:http"
 import * as Door from "../../src/transport/Door.js"
@@ -45,9 +46,9 @@ describe("The door", () => {
   it("lets a request through, and takes off a hop mark of ours, which lets Cursor's names in", () => {
     const { door } = make()
     const plain = exchange(good)
-    assert.isTrue(door.http1(plain.request, plain.response))
+    assert.deepStrictEqual(door.http1(plain.request, plain.response), LOCAL)
     const marked = exchange({ ...good, host: "api2.cursor.sh", [Door.HOP_HEADER]: Door.hopMark("proxy") })
-    assert.isTrue(door.http1(marked.request, marked.response))
+    assert.deepStrictEqual(door.http1(marked.request, marked.response), LOCAL)
     assert.notProperty(marked.request.headers, Door.HOP_HEADER)
     const direct = exchange({ ...good, host: "api2.cursor.sh" })
     assert.isFalse(door.http1(direct.request, direct.response))

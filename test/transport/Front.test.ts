@@ -5,6 +5,7 @@
  * the agent calls exactly as the Effect routes did before they were removed, and stops a
  * request's work (or detaches a turn's reader) when its client goes away.
  */
+import { LOCAL } from "../../src/Users.js"
 import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { assert, describe, it } from "@effect/vitest"
@@ -225,7 +226,7 @@ describe("The front door", () => {
         appended.push(body)
         return new Uint8Array()
       }))
-      front.door = { http1: () => (checked += 1, true), http2: () => true }
+      front.door = { http1: () => (checked += 1, LOCAL), http2: () => LOCAL }
       front.accepting = false
       for (const [method, path] of [["POST", BIDI_APPEND_PATH], ["POST", RUN_SSE_PATH], ["GET", "/healthz"]] as const) {
         const answer = yield* Effect.promise(() => request(port, method, path, method === "POST" ? new Uint8Array([1]) : undefined))

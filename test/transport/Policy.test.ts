@@ -3,7 +3,7 @@
  * labels around a loopback literal (a rebinding name) is ever taken for loopback.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Redacted } from "effect"
+import { Option, Redacted } from "effect"
 import * as fc from "effect/FastCheck"
 import * as Policy from "../../src/transport/Policy.js"
 
@@ -104,5 +104,27 @@ describe("Request policy", () => {
       const name = prefix ? `${before}.${literal}` : `${literal}.${after}`
       return Policy.check(loopback, facts({ host: `${name}:${PORT}` }))._tag === "Refuse"
     }))
+  })
+
+  it("a team's server: every request but /healthz names its caller, on loopback and through the proxy too; pages are the operator's", () => {
+    const alice = { userId: "user_a", name: "alice", models: undefined, dailyUsd: undefined, monthlyUsd: undefined }
+    const users: Policy.UserLookup = { teamMode: () => true, authenticate: (token) => (token === "byok_u_alice" ? Option.some(alice) : Option.none()) }
+    const team: Policy.PolicySettings = { ...loopback, token: Redacted.make(TOKEN), users }
+    const verdict = (overrides: Partial<Policy.RequestFacts>) => Policy.check(team, facts(overrides))
+    assert.strictEqual(causeOf(verdict({})), "401 token")
+    assert.strictEqual(causeOf(verdict({ via: "proxy" })), "401 token", "the proxy's requests are not exempt")
+    assert.strictEqual(causeOf(verdict({ authorization: "Bearer byok_u_bob" })), "401 token")
+    assert.deepStrictEqual(verdict({ authorization: "Bearer byok_u_alice" }), { _tag: "Pass", caller: { _tag: "User", user: alice } })
+    assert.deepStrictEqual(verdict({ tokenHeader: "byok_u_alice" }), { _tag: "Pass", caller: { _tag: "User", user: alice } })
+    assert.deepStrictEqual(verdict({ authorization: `Bearer ${TOKEN}` }), { _tag: "Pass", caller: { _tag: "Operator" } })
+    assert.strictEqual(causeOf(verdict({ method: "GET", path: "/console", authorization: "Bearer byok_u_alice" })), "403 token")
+    assert.strictEqual(causeOf(verdict({ method: "GET", path: "/metrics", authorization: "Bearer byok_u_alice" })), "403 token")
+    assert.strictEqual(causeOf(verdict({ method: "GET", path: "/console", authorization: `Bearer ${TOKEN}` })), "pass")
+    assert.strictEqual(causeOf(verdict({ method: "GET", path: "/healthz" })), "pass")
+    // The other rules still come first: a hostile Host with a user's token is refused as before.
+    assert.strictEqual(causeOf(verdict({ host: "evil.example", authorization: "Bearer byok_u_alice" })), "403 host")
+    // No user yet: one person's server, every caller Local.
+    const single = { ...team, users: { ...users, teamMode: () => false } }
+    assert.deepStrictEqual(Policy.check(single, facts({})), { _tag: "Pass", caller: { _tag: "Local" } })
   })
 })

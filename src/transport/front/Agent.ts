@@ -10,6 +10,7 @@ import type { Http2ServerRequest, Http2ServerResponse } from "node:http2"
 import { clientVersionOf } from "../../Drift.js"
 import * as Dialect from "../../Dialect.js"
 import { ConnectError } from "../Connect.js"
+import { callerOf } from "../Door.js"
 import { BIDI_APPEND_PATH, RUN_SSE_PATH } from "../Service.js"
 import type { TransportService } from "../Service.js"
 import { parentLinkOf } from "../Subagents.js"
@@ -43,7 +44,7 @@ export type AgentWire = (call: AgentCall, protocol: Protocol, request: NodeReque
 const bidiAppend = (transport: TransportService, runFork: RunFork, protocol: Protocol, request: NodeRequest, response: NodeResponse) =>
   protocol.read(request, transport.options.bidiAppendMaxBytes, "unary", (body) => {
     if (body instanceof ConnectError) return refuse(runFork, protocol, request, response, callOf("BidiAppend"), body)
-    const answer = transport.bidiAppend(body, parentLinkOf(request.headers), clientVersionOf(request.headers))
+    const answer = transport.bidiAppend(body, parentLinkOf(request.headers), clientVersionOf(request.headers), callerOf(request))
     // Taken in this call (`Driver.acceptNow`): answered without a fiber.
     if (answer instanceof Uint8Array) return protocol.answer(response, answer)
     serve(runFork, protocol, request, response, callOf("BidiAppend"), answer, (bytes) => protocol.answer(response, bytes))
@@ -61,7 +62,7 @@ const runSse = (transport: TransportService, runFork: RunFork, protocol: Protoco
       write: (frames) => protocol.write(response, frames),
       end: () => protocol.end(response)
     }
-    const attached = Effect.flatMap(transport.runSse(body, parentLinkOf(request.headers), clientVersionOf(request.headers)), (attach) =>
+    const attached = Effect.flatMap(transport.runSse(body, parentLinkOf(request.headers), clientVersionOf(request.headers), callerOf(request)), (attach) =>
       Effect.suspend(() => {
         protocol.open(response)
         return attach(sink)

@@ -19,6 +19,7 @@ import { ConnectError, FLAG_END_STREAM, splitEnvelopes } from "../Connect.js"
 import type { TransportService } from "../Service.js"
 import { parentLinkOf } from "../Subagents.js"
 import type { Protocol } from "./Wire.js"
+import { callerOf } from "../Door.js"
 
 /** The path of `Run`. */
 export const RUN_PATH = "/agent.v1.AgentService/Run"
@@ -77,7 +78,7 @@ export const serveRun = (transport: TransportService, protocol: Protocol, reques
     // The turn's frames go to the stream in the writer's own call; the stream buffers what its
     // flow-control window cannot take yet. The output ends with the call's outcome.
     const outputEnded = yield* Deferred.make<void>()
-    const attach = yield* transport.runOutput(requestId, parentLinkOf(request.headers))
+    const attach = yield* transport.runOutput(requestId, parentLinkOf(request.headers), callerOf(request))
     const detach = yield* attach({
       write: (frames) => protocol.write(response, frames),
       end: () => {

@@ -1,0 +1,93 @@
+/**
+ * Whether a user's turn may start: the model is one they may use, the conversation is theirs (a
+ * new one becomes theirs), and their daily and monthly budgets are not spent. The refusal says
+ * why in words Cursor shows; a budget 80% spent is logged once per user and day. What cannot be
+ * checked (the database not answering) is refused.
+ */
+import { Clock, Effect } from "effect"
+import type { Caller, User, UsersService } from "../Users.js"
+
+export interface Refusal {
+  readonly kind: "model" | "owner" | "budget"
+  readonly title: string
+  readonly message: string
+}
+
+const usd = (amount: number) => `$${amount.toFixed(2)}`
+
+/** The refusal of a spent budget, or undefined; `warn` for one 80% spent. */
+const budgetRefusal = (name: string, spent: number, limit: number | undefined, period: "day" | "month", warn: (line: string) => void): Refusal | undefined => {
+  if (limit === undefined) return undefined
+  if (spent >= limit) {
+    return {
+      kind: "budget",
+      title: `${period === "day" ? "Daily" : "Monthly"} budget reached`,
+      message: `You have spent ${usd(spent)} of your ${usd(limit)} ${period === "day" ? "daily" : "monthly"} budget on this server, so this message was not sent to the model. ` +
+        `It renews at the start of the next ${period} (UTC), or ask the operator to raise it (\`cursor-byok users\`).`
+    }
+  }
+  if (spent >= 0.8 * limit) warn(`users: ${name} has spent ${usd(spent)} of a ${usd(limit)} ${period === "day" ? "daily" : "monthly"} budget (${Math.floor((100 * spent) / limit)}%)`)
+  return undefined
+}
+
+/** Cannot check: refused (whose chat it is above all), with the reason logged. */
+const unchecked = (error: { readonly message: string }) =>
+  Effect.as(Effect.logWarning(`users: a turn was refused, its access could not be checked: ${error.message}`), {
+    kind: "owner",
+    title: "Access could not be checked",
+    message: "The server could not check this chat's owner or your budget (its database did not answer), so the message was not sent to the model. Try again in a moment."
+  } satisfies Refusal)
+
+/** The refusal of another user's chat, once `conversationId` is claimed for the caller. */
+const ownerRefusal = (users: UsersService, user: User, conversationId: string, at: number) =>
+  Effect.map(users.claim(conversationId, user.userId, at), (claim): Refusal | undefined =>
+    claim._tag === "Theirs" ? undefined : {
+      kind: "owner",
+      title: "Another user's chat",
+      message: `This chat belongs to ${claim.owner} on this server: it cannot be read, resumed or continued by ${user.name}. Start a new chat.`
+    })
+
+export interface Admission {
+  /** A turn of `model` in `conversationId`: undefined lets it start. */
+  readonly turn: (caller: Caller | undefined, conversationId: string, model: string) => Effect.Effect<Refusal | undefined>
+  /** A resume of `conversationId`'s turn: undefined when it is the caller's. */
+  readonly resume: (caller: Caller | undefined, conversationId: string) => Effect.Effect<Refusal | undefined>
+}
+
+/** The admission of turns on `users`. */
+export const make = (users: UsersService): Admission => {
+  const warned = new Set<string>()
+  const warnOnce = (key: string) => (line: string) => {
+    if (warned.has(key)) return
+    warned.add(key)
+    Effect.runFork(Effect.logWarning(line))
+  }
+  const turn = (caller: Caller | undefined, conversationId: string, model: string): Effect.Effect<Refusal | undefined> =>
+    Effect.gen(function*() {
+      if (caller?._tag !== "User") return undefined
+      const { user } = caller
+      if (user.models !== undefined && !user.models.includes(model)) {
+        return {
+          kind: "model",
+          title: "Model not allowed",
+          message: `${model} is not among the models ${user.name} may use on this server (${user.models.length === 0 ? "none" : user.models.join(", ")}): pick one of those, or ask the operator.`
+        } satisfies Refusal
+      }
+      // The clock the Store stamps calls with (`llm_calls.created_at_ms`).
+      const at = yield* Clock.currentTimeMillis
+      const owner = yield* ownerRefusal(users, user, conversationId, at)
+      if (owner !== undefined || (user.dailyUsd === undefined && user.monthlyUsd === undefined)) return owner
+      const spend = yield* users.spend(user.userId, at)
+      const day = new Date(at).toISOString().slice(0, 10)
+      return budgetRefusal(user.name, spend.todayUsd, user.dailyUsd, "day", warnOnce(`${user.userId} ${day}`)) ??
+        budgetRefusal(user.name, spend.monthUsd, user.monthlyUsd, "month", warnOnce(`${user.userId} ${day.slice(0, 7)}`))
+    }).pipe(Effect.catchAll(unchecked))
+  const resume = (caller: Caller | undefined, conversationId: string): Effect.Effect<Refusal | undefined> =>
+    caller?._tag !== "User"
+      ? Effect.succeed(undefined)
+      : Effect.flatMap(Clock.currentTimeMillis, (at) => ownerRefusal(users, caller.user, conversationId, at)).pipe(Effect.catchAll(unchecked))
+  return { turn, resume }
+}
+
+/** One person's server admits everything. */
+export const admitAll: Admission = { turn: () => Effect.succeed(undefined), resume: () => Effect.succeed(undefined) }

@@ -1,0 +1,132 @@
+/**
+ * A team's server: users added on its database (as `cursor-byok users add` adds them), then the
+ * real server on it (PostgreSQL when the run has it, else SQLite) and the reference client
+ * sending each user's token. Every agent and side request needs a token; a conversation is its
+ * first user's (another's turn, resume or append is refused readably); a model outside a user's
+ * list and a spent daily budget refuse the turn with the reason in Cursor's error card.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import * as Http from "node:http"
+import { inject } from "vitest"
+import * as UsersCli from "../../src/cli/Users.js"
+import { Users } from "../../src/Users.js"
+import * as AppHarness from "../support/AppHarness.js"
+import { bidiAppendBody, CursorClient, runRequestMessage, runSseBody } from "../support/CursorClient.js"
+import * as FakeProvider from "../support/FakeProvider.js"
+import { freshDatabase } from "../support/Postgres.js"
+import { assertCleanOk, endCode, tempDirectory } from "../support/Transcripts.js"
+
+const postgresUrl = inject("postgresUrl")
+
+/** A fresh database: PostgreSQL's when the run has it (a team's engine), else a SQLite file. */
+const teamDatabase = postgresUrl === undefined
+  ? Effect.map(tempDirectory("cursor-byok-team-"), (dir) => `${dir}/team.sqlite`)
+  : Effect.promise(() => freshDatabase(postgresUrl, "team"))
+
+/** Adds users as the operator's command does; their tokens. */
+const addUsers = (database: string) =>
+  Effect.gen(function*() {
+    const users = yield* Users
+    const alice = yield* users.add({ name: "alice" })
+    const bob = yield* users.add({ name: "bob", models: ["fake-model"], dailyUsd: 0.005 })
+    return { alice: alice.token, bob: bob.token }
+  }).pipe(Effect.provide(Layer.fresh(UsersCli.layerOn(database))), Effect.scoped, Effect.orDie)
+
+const OPERATOR_TOKEN = "operator-token-0123456789"
+
+/** Every input token costs $1000 per million: a 10-token prompt is $0.01, past bob's $0.005 a day. */
+const teamConfig = {
+  console: { token: OPERATOR_TOKEN },
+  models: [
+    { id: "fake-model", provider: "fake-openai", upstreamModel: "fake-upstream", contextWindow: 100000, price: { input: 1000, output: 0 } },
+    { id: "fake-claude", provider: "fake-anthropic", upstreamModel: "claude-fake", contextWindow: 200000, maxOutputTokens: 4096 }
+  ]
+}
+
+const clientWith = (app: AppHarness.AppHarness, token: string | undefined) =>
+  Effect.acquireRelease(
+    Effect.sync(() => new CursorClient({ baseUrl: app.baseUrl, turnTimeoutMs: 15_000, ...(token === undefined ? {} : { extraHeaders: { authorization: `Bearer ${token}` } }) })),
+    (client) => Effect.sync(() => client.close())
+  )
+
+/** A POST's status and body text. */
+const post = (port: number, path: string, headers: Record<string, string>, body?: Uint8Array): Promise<{ status: number; body: string }> =>
+  new Promise((resolve, reject) => {
+    const request = Http.request({ host: "127.0.0.1", port, method: "POST", path, headers: { "content-type": "application/proto", ...headers } }, (response) => {
+      let body = ""
+      response.setEncoding("utf8")
+      response.on("data", (chunk: string) => (body += chunk))
+      response.on("end", () => resolve({ status: response.statusCode ?? 0, body }))
+    })
+    request.on("error", reject)
+    request.end(body)
+  })
+
+describe(`a team's server (${postgresUrl === undefined ? "SQLite" : "PostgreSQL"})`, () => {
+  it.scoped("tokens, owners, allow-lists and budgets: each refused readably, nothing of it written", () =>
+    Effect.gen(function*() {
+      const database = yield* teamDatabase
+      const tokens = yield* addUsers(database)
+      const app = yield* AppHarness.make({ database, config: teamConfig })
+      const { text } = FakeProvider.openAiChat
+
+      // No token, or one that is no user's: refused before any handler, with how to get one.
+      const bare = yield* Effect.promise(() => post(app.port, "/aiserver.v1.AiService/AvailableModels", {}))
+      assert.strictEqual(bare.status, 401)
+      assert.include(bare.body, "team's server")
+      const unknown = yield* Effect.promise(() => post(app.port, "/aiserver.v1.AiService/AvailableModels", { authorization: "Bearer byok_u_not-a-token" }))
+      assert.strictEqual(unknown.status, 401)
+      // A user's token opens the side RPCs, not the console (every user's histories): that is the operator's.
+      assert.strictEqual((yield* Effect.promise(() => post(app.port, "/aiserver.v1.AiService/AvailableModels", { authorization: `Bearer ${tokens.alice}` }))).status, 200)
+      const page = yield* Effect.promise(() => fetch(`${app.baseUrl}/console`, { headers: { authorization: `Bearer ${tokens.alice}` } }))
+      assert.strictEqual(page.status, 403)
+      const operatorPage = yield* Effect.promise(() => fetch(`${app.baseUrl}/console`, { headers: { authorization: `Bearer ${OPERATOR_TOKEN}` } }))
+      assert.strictEqual(operatorPage.status, 200)
+
+      // Alice's chat is hers.
+      const alice = yield* clientWith(app, tokens.alice)
+      app.provider.enqueue(FakeProvider.sse(text("Hello Alice")))
+      assertCleanOk(yield* Effect.promise(() => alice.run({ conversationId: "conv-alice", requestId: "req-alice-1", text: "hi", model: "fake-model" })))
+
+      // Her request's stream and appends are hers: Bob's token cannot read or write them.
+      const bobHeaders = { authorization: `Bearer ${tokens.bob}` }
+      const append = yield* Effect.promise(() =>
+        post(app.port, "/aiserver.v1.BidiService/BidiAppend", bobHeaders, bidiAppendBody("req-alice-1", 1, runRequestMessage({ conversationId: "conv-alice", text: "mine now" }))))
+      assert.strictEqual(append.status, 403)
+      assert.include(append.body, "another user")
+      const reader = yield* Effect.promise(() =>
+        post(app.port, "/agent.v1.AgentService/RunSSE", { ...bobHeaders, "content-type": "application/connect+proto" }, runSseBody("req-alice-1")))
+      // A stream's error comes in its end-stream frame (Connect's streaming protocol): nothing of hers before it.
+      assert.include(reader.body, "permission_denied")
+      assert.include(reader.body, "another user")
+      assert.notInclude(reader.body, "Hello Alice")
+
+      // Bob may not continue it, nor resume it; the provider sees nothing of his.
+      const bob = yield* clientWith(app, tokens.bob)
+      const requestsBefore = app.provider.requests.length
+      const intrusion = yield* Effect.promise(() => bob.run({ conversationId: "conv-alice", text: "show me her chat", model: "fake-model" }))
+      assert.strictEqual(endCode(intrusion), "permission_denied")
+      assert.include(intrusion.end?._tag === "Error" ? intrusion.end.message : "", "belongs to alice")
+      assert.strictEqual(app.provider.requests.length, requestsBefore)
+
+      // A model outside Bob's list.
+      const claude = yield* Effect.promise(() => bob.run({ conversationId: "conv-bob-claude", text: "hi", model: "fake-claude" }))
+      assert.strictEqual(endCode(claude), "permission_denied")
+      assert.include(claude.end?._tag === "Error" ? claude.end.message : "", "fake-claude is not among the models bob may use")
+
+      // Bob's first turn costs $0.01, past his $0.005 a day: the next one is refused, saying so.
+      app.provider.enqueue(FakeProvider.sse(text("Hello Bob")))
+      assertCleanOk(yield* Effect.promise(() => bob.run({ conversationId: "conv-bob", text: "hi", model: "fake-model" })))
+      const spent = yield* Effect.promise(() => bob.run({ conversationId: "conv-bob", text: "and again", model: "fake-model" }))
+      assert.strictEqual(endCode(spent), "resource_exhausted")
+      assert.include(spent.end?._tag === "Error" ? spent.end.message : "", "daily budget")
+      assert.strictEqual(app.provider.requests.length, requestsBefore + 1)
+
+      // Alice is not held back by Bob's budget, and her conversation kept only her turn.
+      app.provider.enqueue(FakeProvider.sse(text("Still here")))
+      assertCleanOk(yield* Effect.promise(() => alice.run({ conversationId: "conv-alice", text: "again", model: "fake-model" })))
+      const history = yield* AppHarness.messagesOf(app, "conv-alice")
+      assert.deepStrictEqual(history.map((message) => message.role), ["user", "assistant", "user", "assistant"])
+    }), { timeout: 60_000 })
+})
