@@ -101,6 +101,9 @@ const beganTurn = (env: RunnerEnv, acc: ActorState, input: Input): ConversationS
   return next.turnId !== acc.runtime.committed.turnId ? next : undefined
 }
 
+/** The OS's codes of a database server that cannot be reached (PostgreSQL's own are classes 08 and 57P). */
+const DATABASE_UNREACHABLE = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND", "EHOSTUNREACH"])
+
 /** What the client reads when the store could not save a turn: the cause in words, and that nothing of it was kept. */
 const storeFailureText = (error: { readonly message: string; readonly cause?: unknown }): string => {
   const code = rootCauseOf(error.cause).code
@@ -110,6 +113,8 @@ const storeFailureText = (error: { readonly message: string; readonly cause?: un
     ? "the conversation history is read-only for the server: make its database file writable, then send the message again"
     : code.startsWith("SQLITE_IOERR")
     ? `the conversation history could not be written (an I/O error: ${error.message}); check the disk, then send the message again`
+    : DATABASE_UNREACHABLE.has(code) || code.startsWith("08") || code.startsWith("57P")
+    ? `the database that holds the conversation history is not answering (${code}); send the message again once it is back`
     : `the server could not save the conversation: ${error.message}`
   return `${what[0]!.toUpperCase()}${what.slice(1)}. Nothing of this turn was saved.`
 }
