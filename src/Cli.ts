@@ -45,8 +45,20 @@ const setup = Command.make("setup", {
   trust: Options.boolean("trust").pipe(Options.withDescription("Also run the commands that make this OS trust the CA")),
   http2: Options.boolean("http2").pipe(Options.withDescription("Leave Cursor on HTTP/2 (cursor.general.disableHttp2 false): its agent runs Run on the TLS listener, which must be on")),
   http1: Options.boolean("http1").pipe(Options.withDescription("The default (cursor.general.disableHttp2 true: the agent on RunSSE + BidiAppend through the proxy); kept for scripts")),
-  create: Options.boolean("create").pipe(Options.withDescription("Make the settings file (and its folder) when it does not exist"))
-}, ({ settings, trust, http2, http1, create }) => Setup.setup({ settingsPath: Option.getOrUndefined(settings), trust, http2, http1, create })).pipe(
+  create: Options.boolean("create").pipe(Options.withDescription("Make the settings file (and its folder) when it does not exist")),
+  server: Options.text("server").pipe(Options.withDescription("A team's server (https://host[:port]): Cursor's agent goes there, with --token"), Options.optional),
+  token: Options.text("token").pipe(Options.withDescription("Your token on the team's server (from its operator's `cursor-byok users add`)"), Options.optional)
+}, ({ settings, trust, http2, http1, create, server, token }) =>
+  Option.isSome(server) !== Option.isSome(token)
+    ? Effect.fail(new Setup.SetupError({ message: "--server and --token go together: the team's server and your token on it" }))
+    : Setup.setup({
+      settingsPath: Option.getOrUndefined(settings),
+      trust,
+      http2,
+      http1,
+      create,
+      team: Option.isSome(server) && Option.isSome(token) ? { server: server.value, token: token.value } : undefined
+    })).pipe(
   Command.withDescription("Point Cursor at this server: make the CA, write Cursor's proxy settings and HTTP/1.1 switch (journaled), print how to trust the CA")
 )
 

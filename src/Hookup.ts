@@ -6,7 +6,7 @@
  */
 import * as FileSystem from "@effect/platform/FileSystem"
 import * as HttpServer from "@effect/platform/HttpServer"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Redacted } from "effect"
 import type * as Http from "node:http"
 import type { ServerConfig } from "./Config.js"
 import { ConfigError, isLoopback } from "./Config.js"
@@ -102,6 +102,11 @@ export const layerProxy = (config: ServerConfig, authority: Ca.Authority, dispat
       local: { host: localHost, port: local.port, h2cPort: local.h2cPort, dispatch },
       upstream,
       maxConnections: config.limits.maxConnections,
-      idleHandshakeMs: config.limits.headersTimeoutMs
+      idleHandshakeMs: config.limits.headersTimeoutMs,
+      team: config.proxy.upstreamServer === undefined ? undefined : {
+        url: config.proxy.upstreamServer.url,
+        token: config.proxy.upstreamServer.token === undefined ? undefined : Redacted.value(config.proxy.upstreamServer.token),
+        keepLocal: new Set(config.tab === undefined ? [] : TAB_PATHS)
+      }
     })
   }))

@@ -77,7 +77,7 @@ describe("Config", () => {
   describe("the IDE hookup's keys", () => {
     it("default: the proxy on 8788 (online), the TLS listener on 8790 with the CA's leaf, the CA in ~/.cursor-byok", () => {
       const config = resolve(empty, {})
-      assert.deepStrictEqual(config.proxy, { port: 8788, offline: false, upstream: undefined, noProxy: [] })
+      assert.deepStrictEqual(config.proxy, { port: 8788, offline: false, upstream: undefined, noProxy: [], upstreamServer: undefined })
       assert.deepStrictEqual(config.http2.tls, { port: 8790, certFile: undefined, keyFile: undefined })
       assert.strictEqual(config.home, join(homedir(), ".cursor-byok"))
     })
@@ -88,16 +88,25 @@ describe("Config", () => {
       assert.strictEqual(off.http2.tls, undefined)
       assert.strictEqual(off.home, "/tmp/h")
       const moved = resolve(empty, { BYOK_PROXY_PORT: "9001", BYOK_TLS_PORT: "9002", BYOK_OFFLINE: "1", HTTPS_PROXY: "http://corp:3128", NO_PROXY: "localhost, .corp.example:8443, *.intra" })
-      assert.deepStrictEqual(moved.proxy, { port: 9001, offline: true, upstream: "http://corp:3128", noProxy: ["localhost", ".corp.example", ".intra"] })
+      assert.deepStrictEqual(moved.proxy, { port: 9001, offline: true, upstream: "http://corp:3128", noProxy: ["localhost", ".corp.example", ".intra"], upstreamServer: undefined })
       assert.strictEqual(moved.http2.tls?.port, 9002)
       assert.strictEqual(resolve(empty, { HTTPS_PROXY: "http://corp:3128", BYOK_UPSTREAM_PROXY: "http://mine:8080" }).proxy.upstream, "http://mine:8080")
+    })
+
+    it("a team's server: the file's upstreamServer and upstreamToken, the environment's over them; the token kept redacted", () => {
+      const file = Schema.decodeSync(FileConfig)({ proxy: { upstreamServer: "https://team.example/", upstreamToken: "byok_u_file" } })
+      const fromFile = resolve(file, {}).proxy.upstreamServer
+      assert.strictEqual(fromFile?.url, "https://team.example")
+      assert.strictEqual(String(fromFile?.token), "<redacted>")
+      const fromEnv = resolve(file, { BYOK_UPSTREAM_SERVER: "http://10.0.0.5:8787", BYOK_UPSTREAM_TOKEN: "byok_u_env" }).proxy.upstreamServer
+      assert.deepStrictEqual([fromEnv?.url, fromEnv?.token === undefined ? undefined : Redacted.value(fromEnv.token)], ["http://10.0.0.5:8787", "byok_u_env"])
     })
 
     it("the file turns the TLS listener off with null; PEM files replace the CA's leaf, and only in pairs", () => {
       const file = Schema.decodeSync(FileConfig)({ http2: { tls: null }, proxy: { port: null, offline: true } })
       const config = resolve(file, {})
       assert.strictEqual(config.http2.tls, undefined)
-      assert.deepStrictEqual(config.proxy, { port: undefined, offline: true, upstream: undefined, noProxy: [] })
+      assert.deepStrictEqual(config.proxy, { port: undefined, offline: true, upstream: undefined, noProxy: [], upstreamServer: undefined })
       const withFiles = resolve(empty, { BYOK_TLS_CERT: "/c.pem", BYOK_TLS_KEY: "/k.pem" })
       assert.deepStrictEqual(withFiles.http2.tls, { port: 8790, certFile: "/c.pem", keyFile: "/k.pem" })
       const half = Effect.runSync(Effect.flip(validate(resolve(empty, { BYOK_TLS_CERT: "/c.pem" }), {})))

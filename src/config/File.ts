@@ -139,7 +139,11 @@ export const ProxyConfig = Schema.Struct({
   /** The user's own proxy (`http://[user:pass@]host:port`) for the proxy's outgoing connections; else HTTPS_PROXY. */
   upstream: Schema.optional(Schema.String),
   /** Hosts the proxy reaches directly, not through `upstream` (NO_PROXY's syntax); else NO_PROXY. */
-  noProxy: Schema.optional(Schema.String)
+  noProxy: Schema.optional(Schema.String),
+  /** A team's server (`https://team.example`): Cursor's agent traffic goes there instead of this server. */
+  upstreamServer: Schema.optional(Schema.String),
+  /** This developer's token on `upstreamServer` (from its operator's `cursor-byok users add`). */
+  upstreamToken: Schema.optional(Schema.String)
 })
 
 export const FileConfig = Schema.Struct({
@@ -218,6 +222,8 @@ export interface ServerConfig {
     readonly upstream: string | undefined
     /** Hosts reached directly, never through `upstream`. */
     readonly noProxy: ReadonlyArray<string>
+    /** A team's server the agent traffic goes to, with this developer's token; undefined: this server answers it. */
+    readonly upstreamServer: { readonly url: string; readonly token: Redacted.Redacted<string> | undefined } | undefined
   }
   readonly maxLlmCallsPerTurn: number
   readonly limits: typeof Limits.Type
@@ -363,11 +369,16 @@ const proxyOf = (file: FileConfig, env: Readonly<Record<string, string | undefin
   const portText = env["BYOK_PROXY_PORT"]
   const offlineText = env["BYOK_OFFLINE"]
   const upstream = env["BYOK_UPSTREAM_PROXY"] ?? file.proxy.upstream ?? env["HTTPS_PROXY"] ?? env["https_proxy"]
+  const server = env["BYOK_UPSTREAM_SERVER"] ?? file.proxy.upstreamServer
+  const token = env["BYOK_UPSTREAM_TOKEN"] ?? file.proxy.upstreamToken
   return {
     port: portText === undefined ? file.proxy.port ?? undefined : portText === "off" ? undefined : Number(portText),
     offline: offlineText === undefined ? file.proxy.offline : offlineText === "1" || offlineText.toLowerCase() === "true",
     upstream: upstream === undefined || upstream === "" ? undefined : upstream,
-    noProxy: parseNoProxy(env["BYOK_NO_PROXY"] ?? file.proxy.noProxy ?? env["NO_PROXY"] ?? env["no_proxy"])
+    noProxy: parseNoProxy(env["BYOK_NO_PROXY"] ?? file.proxy.noProxy ?? env["NO_PROXY"] ?? env["no_proxy"]),
+    upstreamServer: server === undefined || server === ""
+      ? undefined
+      : { url: server.replace(/\/+$/, ""), token: token === undefined || token === "" ? undefined : Redacted.make(token) }
   }
 }
 

@@ -25,7 +25,7 @@ import { ConfigError } from "../Config.js"
 import { capConnections, defaultConnectionLimits } from "../transport/Limits.js"
 import { RUN_PATH } from "../transport/Run.js"
 import * as Ca from "./Ca.js"
-import type { ClientRequest, ClientResponse, Forwarder } from "./proxy/Forward.js"
+import type { ClientRequest, ClientResponse, Forwarder, Target } from "./proxy/Forward.js"
 import { makeForwarder } from "./proxy/Forward.js"
 import { canonicalName, makeEndpointCache } from "./proxy/Leaves.js"
 import type { RoutingTable } from "./proxy/Routing.js"
@@ -61,6 +61,19 @@ export interface ProxyOptions {
   readonly idleHandshakeMs?: number | undefined
   /** Open client connections past which a new one gets 503 (`limits.maxConnections`). */
   readonly maxConnections?: number | undefined
+  /**
+   * A team's server (`proxy.upstreamServer`): what would be answered here goes there, with the
+   * developer's token, but for the paths in `keepLocal` (Tab on this machine's own model).
+   */
+  readonly team?: { readonly url: string; readonly token: string | undefined; readonly keepLocal: ReadonlySet<string> } | undefined
+}
+
+/** Where a team's server is reached: over TLS for `https:` (HTTP/2 when the client speaks it), else HTTP/1.1 in the clear. */
+const teamTarget = (team: NonNullable<ProxyOptions["team"]>, resolve: (target: Address) => Address, http2: boolean): Target => {
+  const url = new URL(team.url)
+  const secure = url.protocol === "https:"
+  const port = url.port === "" ? (secure ? 443 : 80) : Number(url.port)
+  return { _tag: "Origin", servername: url.hostname, address: resolve({ host: url.hostname, port }), http2: http2 && secure, team: { secure, token: team.token, authority: url.host } }
 }
 
 /** The proxy's bound port; undefined when the proxy is off. */
@@ -146,6 +159,9 @@ export const layer = (options: ProxyOptions): Layer.Layer<ProxyEndpoint, ConfigE
     const route = (host: string) => (request: ClientRequest, response: ClientResponse) => {
       const http2 = request.httpVersionMajor === 2
       if (routeOf(options.routing, request.url ?? "/") === "local") {
+        if (options.team !== undefined && !options.team.keepLocal.has(pathOf(request.url ?? "/"))) {
+          return forwarder.forward(request, response, teamTarget(options.team, resolve, http2))
+        }
         const toRun = pathOf(request.url ?? "/") === RUN_PATH
         const dispatch = options.local.dispatch
         if (!http2 && !toRun && dispatch !== undefined) return dispatch(request as Http.IncomingMessage, response as Http.ServerResponse)

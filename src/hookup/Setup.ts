@@ -9,7 +9,7 @@
  * CA's trust; with nothing to undo it says so.
  */
 import * as FileSystem from "@effect/platform/FileSystem"
-import { Console, Effect, Either, Schema } from "effect"
+import { Console, Effect, Either } from "effect"
 import * as Os from "node:os"
 import * as NodePath from "node:path"
 import * as Config from "../Config.js"
@@ -18,10 +18,10 @@ import * as Ca from "./Ca.js"
 import * as CursorSettings from "./CursorSettings.js"
 import * as Trust from "./Trust.js"
 import * as UserProxy from "./UserProxy.js"
+import { SetupError } from "./SetupError.js"
+import * as Team from "./Team.js"
 
-export class SetupError extends Schema.TaggedError<SetupError>("cursor-byok/SetupError")("SetupError", {
-  message: Schema.String
-}) {}
+export { SetupError } from "./SetupError.js"
 
 export const settingsPathOf = (override: string | undefined) =>
   override ?? CursorSettings.defaultSettingsPath(process.platform, process.env, Os.homedir())
@@ -84,6 +84,8 @@ export interface SetupOptions {
   readonly http1?: boolean | undefined
   /** Make a settings file (and its folder) that does not exist yet. */
   readonly create?: boolean | undefined
+  /** A team's server and this developer's token on it (`Team.ts`). */
+  readonly team?: { readonly server: string; readonly token: string } | undefined
 }
 
 /**
@@ -151,6 +153,10 @@ export const setup = (options: SetupOptions) =>
     const settingsPath = settingsPathOf(options.settingsPath)
     yield* checkSettingsPath(options.settingsPath, settingsPath, options.create === true)
     const authority = yield* Ca.ensure(config.home)
+    if (options.team !== undefined) {
+      const pointed = yield* Team.pointAtTeam({ ...options.team, configPath: source.path })
+      yield* Console.log(`Cursor's agent goes to the team's server ${pointed.server} with your token (proxy.upstreamServer and proxy.upstreamToken in ${NodePath.resolve(pointed.configPath)}${pointed.created ? ", created" : ""}; kept private); a running server takes it at its restart`)
+    }
     // The user's route first: Cursor's proxy is replaced by ours only once the server goes out through it.
     const adopted = yield* UserProxy.adopt({ settingsPath, configPath: source.path, existing: yield* existingProxyOf(settingsPath), proxyPort: config.proxy.port })
     const summary = yield* CursorSettings.setup(settingsPath, CursorSettings.defaultJournalPath(settingsPath), desiredFor(config, path))

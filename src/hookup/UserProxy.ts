@@ -63,11 +63,12 @@ export type Adopted =
   /** Not a proxy the server can go through (not http://, not a URL). */
   | { readonly _tag: "Unusable"; readonly url: string; readonly why: string }
 
-const parseFile = (path: string, text: string) => {
+/** A cursor-byok configuration file's text as a JSON object; a failure naming the file otherwise. */
+export const parseFile = (path: string, text: string) => {
   const errors: Array<Jsonc.ParseError> = []
   const value = Jsonc.parse(text, errors, { allowTrailingComma: false, disallowComments: true, allowEmptyContent: true }) as unknown
   if (errors.length > 0 || (value !== undefined && (typeof value !== "object" || value === null || Array.isArray(value)))) {
-    return Effect.fail(new ConfigFileError({ message: `${path} is not a JSON object: proxy.upstream was not changed` }))
+    return Effect.fail(new ConfigFileError({ message: `${path} is not a JSON object: it was not changed` }))
   }
   return Effect.succeed((value ?? {}) as Record<string, unknown>)
 }
@@ -77,7 +78,8 @@ const upstreamIn = (values: Record<string, unknown>): unknown => {
   return typeof proxy === "object" && proxy !== null ? (proxy as Record<string, unknown>)["upstream"] : undefined
 }
 
-const editFile = (text: string, path: Jsonc.JSONPath, value: unknown) => {
+/** `text` with the value at `path` set, its formatting kept. */
+export const editFile = (text: string, path: Jsonc.JSONPath, value: unknown) => {
   const body = text.trim() === "" ? "{}\n" : text
   const formattingOptions = CursorSettings.formattingOf(body.trim() === "{}" ? "" : body)
   return Jsonc.applyEdits(body, Jsonc.modify(body, path, value, { formattingOptions }))

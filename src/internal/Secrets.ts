@@ -38,6 +38,7 @@ export interface SecretSource {
       readonly backend: { readonly name: "searxng" } | { readonly name: "brave" | "tavily"; readonly apiKey: Redacted.Redacted<string> } | undefined
     }
   }
+  readonly proxy?: { readonly upstreamServer: { readonly token: Redacted.Redacted<string> | undefined } | undefined }
 }
 
 /** The secrets of a configuration: provider keys (one marker naming every provider sharing a key), secret header values, the search backend's key. */
@@ -55,6 +56,8 @@ export const secretsOf = (source: SecretSource): ReadonlyArray<Secret> => {
   const secrets = [...keys].map(([value, ids]): Secret => ({ value, marker: `[key of provider${ids.length > 1 ? "s" : ""} ${ids.join(", ")}]` }))
   const search = source.web?.search.backend
   if (search !== undefined && search.name !== "searxng") secrets.push({ value: Redacted.value(search.apiKey), marker: `[key of web search ${search.name}]` })
+  const teamToken = source.proxy?.upstreamServer?.token
+  if (teamToken !== undefined) secrets.push({ value: Redacted.value(teamToken), marker: "[token for the team's server]" })
   return [...secrets, ...headers]
 }
 

@@ -154,9 +154,12 @@ const digest = (text: string) => createHash("sha256").update(text, "utf8").diges
 /** Equal tokens, compared in constant time (of their digests). */
 export const sameToken = (given: string, expected: string): boolean => timingSafeEqual(digest(given), digest(expected))
 
-/** The token a request's headers carry: `Authorization: Bearer`, else `x-byok-token`. */
+/**
+ * The token a request's headers carry: `x-byok-token`, else `Authorization: Bearer` (a request
+ * from Cursor through a developer's proxy carries Cursor's own bearer token beside ours).
+ */
 export const headerTokenOf = (authorization: string | undefined, tokenHeader: string | undefined): string | undefined =>
-  authorization?.match(/^Bearer\s+(\S+)\s*$/i)?.[1] ?? tokenHeader
+  tokenHeader ?? authorization?.match(/^Bearer\s+(\S+)\s*$/i)?.[1]
 
 /** The token a request carries: in its headers, or `?token=`. */
 export const tokenOf = (facts: Pick<RequestFacts, "authorization" | "tokenHeader" | "query">): string | undefined =>

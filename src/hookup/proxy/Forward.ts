@@ -20,7 +20,14 @@ export type ClientResponse = Http.ServerResponse | Http2.Http2ServerResponse
 export type Target =
   /** This server's own listener; `via` is where the request came in (its hop mark, `transport/Door.ts`). */
   | { readonly _tag: "Local"; readonly address: Address; readonly http2: boolean; readonly via?: "proxy" | "tls" }
-  | { readonly _tag: "Origin"; readonly servername: string; readonly address: Address; readonly http2: boolean }
+  | {
+    readonly _tag: "Origin"
+    readonly servername: string
+    readonly address: Address
+    readonly http2: boolean
+    /** A team's server in this server's place: reached over TLS or not (`secure`), with the developer's token instead of Cursor's. */
+    readonly team?: { readonly secure: boolean; readonly token: string | undefined; readonly authority: string }
+  }
 
 export interface ForwardOptions {
   readonly upstream: UpstreamProxy | undefined
@@ -44,8 +51,17 @@ const HOP_BY_HOP = new Set([
 const headersFor = (headers: Http.IncomingHttpHeaders | Http2.IncomingHttpHeaders, target: Target): Record<string, string | Array<string>> => {
   const out = endToEnd(headers)
   if (target._tag === "Local") out[HOP_HEADER] = hopMark(target.via ?? "proxy")
+  if (target._tag === "Origin" && target.team !== undefined) {
+    // Cursor's own credentials stay on this machine; the team's server knows the developer by their token.
+    delete out["authorization"]
+    delete out["x-byok-token"]
+    if (target.team.token !== undefined) out["x-byok-token"] = target.team.token
+  }
   return out
 }
+
+/** The target is reached without TLS: this server's own listener, or a team's server on `http:`. */
+const plain = (target: Target) => target._tag === "Local" || target.team?.secure === false
 
 /** The end-to-end headers of a message, without pseudo-headers and hop-by-hop fields. */
 const endToEnd = (headers: Http.IncomingHttpHeaders | Http2.IncomingHttpHeaders): Record<string, string | Array<string>> => {
@@ -98,10 +114,10 @@ export const makeForwarder = (options: ForwardOptions) => {
     const key = keyOf(target)
     const existing = h1Agents.get(key)
     if (existing !== undefined) return existing
-    const made = target._tag === "Local"
+    const made = plain(target)
       ? new Http.Agent({ keepAlive: true })
       : new Https.Agent({ keepAlive: true })
-    if (target._tag === "Origin") {
+    if (target._tag === "Origin" && !plain(target)) {
       // The callback form of createConnection: the socket comes after the (upstream) CONNECT and the handshake.
       const connect = (_options: unknown, done: (error: Error | null, socket?: Net.Socket) => void) => {
         tlsTo(target, ["http/1.1"]).then((socket) => done(null, socket), (error: Error) => done(error))
@@ -117,7 +133,7 @@ export const makeForwarder = (options: ForwardOptions) => {
     const key = keyOf(target)
     const existing = h2Sessions.get(key)
     if (existing !== undefined) return existing
-    const opened = (target._tag === "Local"
+    const opened = (target._tag === "Local" || plain(target)
       ? Promise.resolve(Http2.connect(`http://${target.address.host}:${target.address.port}`))
       : tlsTo(target, ["h2"]).then((socket) => Http2.connect(`https://${target.servername}`, { createConnection: () => socket })))
       .then((session) => {
@@ -135,14 +151,14 @@ export const makeForwarder = (options: ForwardOptions) => {
   }
 
   const viaHttp1 = (request: ClientRequest, response: ClientResponse, target: Target) => {
-    const outgoing = (target._tag === "Local" ? Http.request : Https.request)({
+    const outgoing = (plain(target) ? Http.request : Https.request)({
       host: target.address.host,
       port: target.address.port,
       method: request.method,
       path: request.url,
-      headers: { ...headersFor(request.headers, target), host: authorityOf(request) },
+      headers: { ...headersFor(request.headers, target), host: target._tag === "Origin" && target.team !== undefined ? target.team.authority : authorityOf(request) },
       agent: h1Agent(target),
-      ...(target._tag === "Origin" ? { servername: target.servername } : {})
+      ...(target._tag === "Origin" && !plain(target) ? { servername: target.servername } : {})
     })
     outgoing.on("response", (answer) => {
       response.writeHead(answer.statusCode ?? 502, endToEnd(answer.headers))
@@ -166,7 +182,7 @@ export const makeForwarder = (options: ForwardOptions) => {
       const stream = session.request({
         ":method": request.method ?? "GET",
         ":path": request.url ?? "/",
-        ":authority": target._tag === "Origin" ? target.servername : authorityOf(request),
+        ":authority": target._tag === "Origin" ? target.team?.authority ?? target.servername : authorityOf(request),
         ...headersFor(request.headers, target)
       })
       stream.on("response", (headers) => {
