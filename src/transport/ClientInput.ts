@@ -171,7 +171,7 @@ const startAfterContext = (
       // A history the client did not give back refuses the turn (never a fresh start without it).
       const imported = yield* importedHistoryOf(env, session, inputId, history, fetched)
       if (Either.isLeft(imported)) return
-      const merged = Dialect.withContextParts(run, fetched, yield* pastChatsOf(env, run))
+      const merged = Dialect.withContextParts(run, fetched, yield* pastChatsOf(env, session, run))
       for (const problem of merged.problems) yield* Effect.logWarning(`transport: ${session.requestId}: ${problem}; the turn starts without it`)
       yield* locked(session, Effect.flatMap(
         startOf(env, session, merged.run, inputId, imported.right),
@@ -184,8 +184,12 @@ const startAfterContext = (
 const PAST_CHAT_CHARS = 20_000
 
 /** The digests of the past chats a run request attaches that this server holds, by agent id. */
-const pastChatsOf = (env: InputEnv, run: RunRequest) =>
+const pastChatsOf = (env: InputEnv, session: Session, run: RunRequest) =>
   Effect.map(
-    Effect.forEach(run.pastChatsToRead, (agentId) => Effect.map(env.runner.historyOf(agentId), (messages) => [agentId, messages] as const)),
+    // On a team's server, only the caller's own chats are read (another's is left out, as one this server does not hold).
+    Effect.flatMap(
+      Effect.filter(run.pastChatsToRead, (agentId) => env.admit.mayRead(session.caller, agentId)),
+      (readable) => Effect.forEach(readable, (agentId) => Effect.map(env.runner.historyOf(agentId), (messages) => [agentId, messages] as const))
+    ),
     (histories) => new Map(histories.filter(([, messages]) => messages.length > 0).map(([agentId, messages]) => [agentId, Dialect.pastChatDigest(messages, PAST_CHAT_CHARS)]))
   )

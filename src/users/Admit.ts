@@ -4,7 +4,7 @@
  * why in words Cursor shows; a budget 80% spent is logged once per user and day. What cannot be
  * checked (the database not answering) is refused.
  */
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Option } from "effect"
 import type { Caller, User, UsersService } from "../Users.js"
 
 export interface Refusal {
@@ -52,6 +52,8 @@ export interface Admission {
   readonly turn: (caller: Caller | undefined, conversationId: string, model: string) => Effect.Effect<Refusal | undefined>
   /** A resume of `conversationId`'s turn: undefined when it is the caller's. */
   readonly resume: (caller: Caller | undefined, conversationId: string) => Effect.Effect<Refusal | undefined>
+  /** Whether the caller may read `conversationId` (an attached past chat): a user, only their own. */
+  readonly mayRead: (caller: Caller | undefined, conversationId: string) => Effect.Effect<boolean>
 }
 
 /** The admission of turns on `users`. */
@@ -86,8 +88,15 @@ export const make = (users: UsersService): Admission => {
     caller?._tag !== "User"
       ? Effect.succeed(undefined)
       : Effect.flatMap(Clock.currentTimeMillis, (at) => ownerRefusal(users, caller.user, conversationId, at)).pipe(Effect.catchAll(unchecked))
-  return { turn, resume }
+  const mayRead = (caller: Caller | undefined, conversationId: string): Effect.Effect<boolean> =>
+    caller?._tag !== "User"
+      ? Effect.succeed(true)
+      : users.ownerOf(conversationId).pipe(
+        Effect.map((owner) => Option.contains(owner, caller.user.userId)),
+        Effect.catchAll((error) => Effect.as(Effect.logWarning(`users: a past chat was left out, its owner could not be checked: ${error.message}`), false))
+      )
+  return { turn, resume, mayRead }
 }
 
 /** One person's server admits everything. */
-export const admitAll: Admission = { turn: () => Effect.succeed(undefined), resume: () => Effect.succeed(undefined) }
+export const admitAll: Admission = { turn: () => Effect.succeed(undefined), resume: () => Effect.succeed(undefined), mayRead: () => Effect.succeed(true) }

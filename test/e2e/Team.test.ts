@@ -123,9 +123,21 @@ describe(`a team's server (${postgresUrl === undefined ? "SQLite" : "PostgreSQL"
       assert.include(spent.end?._tag === "Error" ? spent.end.message : "", "daily budget")
       assert.strictEqual(app.provider.requests.length, requestsBefore + 1)
 
-      // Alice is not held back by Bob's budget, and her conversation kept only her turn.
+      // Alice is not held back by Bob's budget, and her conversation kept only her turns.
       app.provider.enqueue(FakeProvider.sse(text("Still here")))
       assertCleanOk(yield* Effect.promise(() => alice.run({ conversationId: "conv-alice", text: "again", model: "fake-model" })))
+      // A past chat attached is read only when it is the caller's: Bob's is named as not held.
+      app.provider.enqueue(FakeProvider.sse(text("Read")))
+      assertCleanOk(yield* Effect.promise(() => alice.run({
+        conversationId: "conv-alice-2",
+        text: "what did we say?",
+        model: "fake-model",
+        selectedContext: { pastChats: [{ agentId: "conv-alice", name: "Mine" }, { agentId: "conv-bob", name: "Bob's" }] }
+      })))
+      const attached = app.provider.requests[app.provider.requests.length - 1]!.body
+      assert.include(attached, "Hello Alice")
+      assert.notInclude(attached, "Hello Bob")
+      assert.include(attached, "not stored on this server")
       const history = yield* AppHarness.messagesOf(app, "conv-alice")
       assert.deepStrictEqual(history.map((message) => message.role), ["user", "assistant", "user", "assistant"])
     }), { timeout: 60_000 })
