@@ -22,6 +22,8 @@
  * - `GET /console/captures`: the capture files (capture mode), with a download link
  *   (`/console/captures/:name`, to a client on a loopback address only, as the messages).
  *
+ * - `GET /console/users`: a team's users, their models, limits and spend today and this month
+ *   (`console/UsersPage.ts`).
  * - `GET /console/tab`: Tab (Cursor's completions from the user's FIM model): on or off, the model,
  *   provider and FIM wire it answers from, and per model its requests, calls, time to the first
  *   suggestion, tokens, cost and acceptance rate since the server started (`console/TabPage.ts`).
@@ -47,6 +49,8 @@ import { rangeOf } from "./console/Charts.js"
 import * as Data from "./console/Data.js"
 import * as Pages from "./console/Pages.js"
 import * as TabPage from "./console/TabPage.js"
+import * as UsersPage from "./console/UsersPage.js"
+import { Users } from "./Users.js"
 import { redact } from "./internal/Secrets.js"
 import { Store } from "./Store.js"
 import { Tab } from "./tab/Service.js"
@@ -68,6 +72,8 @@ interface Services {
   readonly store: Context.Tag.Service<Store>
   readonly sessions: Context.Tag.Service<Sessions>
   readonly tab: Context.Tag.Service<Tab>
+  /** The team's users, when the server has the service (none in tests that build the console alone). */
+  readonly users: Context.Tag.Service<Users> | undefined
 }
 
 interface RequestContext {
@@ -199,10 +205,28 @@ const tabRoute = ({ live, tab }: Services) => guarded(live, (context) =>
   Effect.sync(() => htmlResponse(context, TabPage.tabPage(TabPage.tabView(tab.settings(), tab.stats.snapshot()), context.links, context.nonce)))
 )
 
+/** The team's users with what each spent (the operator's page on a team's server). */
+const usersRoute = ({ live, users }: Services) => guarded(live, (context) =>
+  Effect.gen(function*() {
+    if (users === undefined) return htmlResponse(context, UsersPage.usersPage(undefined, context.links, context.nonce))
+    const now = yield* Clock.currentTimeMillis
+    const listed = yield* users.list
+    const rows = yield* Effect.forEach(listed, (user) => Effect.map(users.spend(user.userId, now), (spend) => ({ user, spend })))
+    return htmlResponse(context, UsersPage.usersPage(rows, context.links, context.nonce))
+  }).pipe(Effect.catchTag("UserError", (error) =>
+    Effect.succeed(HttpServerResponse.text(`the users could not be read: ${error.message}`, { status: 503, headers: SECURITY_HEADERS }))))
+)
+
 /** The console's GET routes (they need the store, the sessions, Tab and the running configuration). */
 export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter | Store | Sessions | Tab | LiveConfig> = HttpLayerRouter.use((router) =>
   Effect.gen(function*() {
-    const services: Services = { live: yield* LiveConfig, store: yield* Store, sessions: yield* Sessions, tab: yield* Tab }
+    const services: Services = {
+      live: yield* LiveConfig,
+      store: yield* Store,
+      sessions: yield* Sessions,
+      tab: yield* Tab,
+      users: Option.getOrUndefined(yield* Effect.serviceOption(Users))
+    }
     const overview = overviewRoute(services)
     yield* router.add("GET", "/console", overview)
     yield* router.add("GET", "/console/conversations/:id", conversationRoute(services))
@@ -212,5 +236,6 @@ export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter |
     yield* router.add("GET", "/console/captures", capturesRoute(services))
     yield* router.add("GET", "/console/captures/:name", captureFileRoute(services))
     yield* router.add("GET", TabPage.TAB_PATH, tabRoute(services))
+    yield* router.add("GET", UsersPage.USERS_PATH, usersRoute(services))
   })
 )

@@ -113,6 +113,9 @@ const callsLink = (home: string): string => home.replace(/^\/console/, "/console
 /** The Tab page's link, the same way. */
 const tabLink = (home: string): string => home.replace(/^\/console/, "/console/tab")
 
+/** The users page's link, the same way. */
+const usersLink = (home: string): string => home.replace(/^\/console/, "/console/users")
+
 /** A whole page; `nonce` allows its one inline script under the Content-Security-Policy. */
 export const page = (options: {
   readonly title: string
@@ -124,5 +127,5 @@ export const page = (options: {
   `<!doctype html>\n` +
   html`<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${options.title} &middot; cursor-byok console</title><link rel="icon" type="image/svg+xml" href="${FAVICON}"><style nonce="${options.nonce}">${raw(STYLE)}</style></head>
-<body><header><h1><a href="${options.home}">cursor-byok console</a></h1><nav><a href="${options.home}">Overview</a><a href="${callsLink(options.home)}">Calls</a><a href="${tabLink(options.home)}">Tab</a></nav><span class="page">${options.title}</span></header>
+<body><header><h1><a href="${options.home}">cursor-byok console</a></h1><nav><a href="${options.home}">Overview</a><a href="${callsLink(options.home)}">Calls</a><a href="${tabLink(options.home)}">Tab</a><a href="${usersLink(options.home)}">Users</a></nav><span class="page">${options.title}</span></header>
 <main>${options.body}</main>${options.script === undefined ? null : html`<script nonce="${options.nonce}">${options.script}</script>`}</body></html>`.value

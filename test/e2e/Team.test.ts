@@ -138,6 +138,11 @@ describe(`a team's server (${postgresUrl === undefined ? "SQLite" : "PostgreSQL"
       assert.include(attached, "Hello Alice")
       assert.notInclude(attached, "Hello Bob")
       assert.include(attached, "not stored on this server")
+      // The operator's users page: each user's models, limits and spend; Bob's daily limit reached.
+      const users = yield* Effect.promise(() => fetch(`${app.baseUrl}/console/users`, { headers: { authorization: `Bearer ${OPERATOR_TOKEN}` } }).then((r) => r.text()))
+      assert.include(users, `data-user="alice"`)
+      assert.match(users, /data-user="bob">[\s\S]*?data-col="today" data-state="reached"/)
+      assert.strictEqual((yield* Effect.promise(() => fetch(`${app.baseUrl}/console/users`, { headers: { authorization: `Bearer ${tokens.bob}` } }))).status, 403)
       const history = yield* AppHarness.messagesOf(app, "conv-alice")
       assert.deepStrictEqual(history.map((message) => message.role), ["user", "assistant", "user", "assistant"])
     }), { timeout: 60_000 })
