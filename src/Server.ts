@@ -194,6 +194,8 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
       Layer.provideMerge(FaultInjection.wrapStore(Store.layerSql, faults)),
       // The team's users (none: one person's server), on the Store's database.
       Layer.provideMerge(UsersService.layer),
+      // One serving instance per PostgreSQL database, until several can share one.
+      Layer.provideMerge(Store.layerSingleInstance(database)),
       Layer.provideMerge(Store.layerClient(database)),
       Layer.provideMerge(llm ?? Capture.recordingLlm(Router.layerLive(() => current().router))),
       Layer.provideMerge(Web.layer),

@@ -6,10 +6,11 @@
  * statement, in the client's transactions.
  */
 import * as NodeContext from "@effect/platform-node/NodeContext"
-import type * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "@effect/sql/SqlClient"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as PgMigrator from "@effect/sql-pg/PgMigrator"
-import { Duration, Effect, Layer, Redacted } from "effect"
+import { Duration, Effect, Layer, Option, Redacted, Schedule } from "effect"
+import type { Scope } from "effect"
 import pg from "pg"
 import { rootCauseOf, StoreError } from "./Model.js"
 import { pgMigrations } from "./pgMigrations.js"
@@ -89,3 +90,34 @@ export const layerClient = (options: PostgresOptions): Layer.Layer<PgClient.PgCl
       return context
     })
   ).pipe(Layer.provide(NodeContext.layer))
+
+/** The advisory lock a serving instance holds on its database (PostgreSQL frees it when the holder's connection ends). */
+const INSTANCE_LOCK = 0x62796f6b // "byok"
+
+/**
+ * One serving instance per database, until several can share one (docs/team.md): a session-level
+ * advisory lock on a connection held for the scope. Another instance's start waits `waitMs` for
+ * it (a killed holder's connection takes a moment to be seen closed), then fails saying so.
+ * Nothing on SQLite, whose file lock does the same.
+ */
+export const singleInstance = (database: string, waitMs = 10_000): Effect.Effect<void, StoreError, SqlClient.SqlClient | Scope.Scope> =>
+  Effect.gen(function*() {
+    if (!isPostgresUrl(database)) return
+    const sql = yield* SqlClient.SqlClient
+    const connection = yield* sql.reserve.pipe(Effect.mapError(openFailed("open", database)))
+    const tryLock = connection.execute(`SELECT pg_try_advisory_lock(${INSTANCE_LOCK}) AS locked`, [], undefined).pipe(
+      Effect.map((rows) => (rows[0] as { locked?: boolean } | undefined)?.locked === true),
+      Effect.mapError(openFailed("open", database))
+    )
+    const locked = yield* tryLock.pipe(
+      Effect.repeat({ until: (held) => held, schedule: Schedule.spaced("200 millis") }),
+      Effect.timeoutOption(Duration.millis(waitMs))
+    )
+    if (Option.isNone(locked)) {
+      return yield* new StoreError({
+        operation: "open",
+        message: `another cursor-byok instance serves the database ${displayDatabase(database)}: one instance per database for now ` +
+          "(several sharing one are not supported yet); stop the other, or give this one a database of its own"
+      })
+    }
+  })
