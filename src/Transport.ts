@@ -36,7 +36,7 @@ import { endInput } from "./transport/TurnEnd.js"
 import { Users } from "./Users.js"
 import type { Caller } from "./Users.js"
 import * as Admit from "./users/Admit.js"
-import { linkCaller, mayAct } from "./transport/Callers.js"
+import { callerRefusal, linkCaller, mayAct } from "./transport/Callers.js"
 
 export { defaultTransportOptions } from "./transport/Options.js"
 export { BIDI_APPEND_PATH, joinFrames, RUN_SSE_PATH, Transport } from "./transport/Service.js"
@@ -125,7 +125,8 @@ export const make = Effect.gen(function*() {
       if (first === undefined) return yield* Effect.fail(new ConnectError("invalid_argument", "RunSSE request has no message"))
       const requestId = Dialect.decodeRunSseRequest(first.payload, Drift.sinkFor(clientVersion))
       if (Either.isLeft(requestId)) return yield* Effect.fail(new ConnectError("invalid_argument", requestId.left.message))
-      const refusedBefore = callerRefusal(requestId.right, caller)
+      // Another user's session on this request id (a reader would replace it) first.
+      const refusedBefore = callerRefusal(sessions.get(requestId.right), caller)
       if (refusedBefore !== undefined) return yield* Effect.fail(refusedBefore)
       const session = yield* readerSession(requestId.right)
       const refused = linkCaller(session, caller)
@@ -139,15 +140,10 @@ export const make = Effect.gen(function*() {
       ? Effect.void
       : Effect.asVoid(accept(env, requestId, seqno, message)).pipe(Effect.annotateLogs("requestId", requestId))
 
-  /** Another user's session on this request id (a reader would replace it): the refusal. */
-  const callerRefusal = (requestId: string, caller: Caller | undefined): ConnectError | undefined => {
-    const existing = sessions.get(requestId)
-    return existing === undefined || mayAct(existing.caller, caller) ? undefined : new ConnectError("permission_denied", "this request belongs to another user's session")
-  }
 
   const runOutput = (requestId: string, parent?: Dialect.ParentLink, caller?: Caller) =>
     Effect.suspend(() => {
-      const refused = callerRefusal(requestId, caller)
+      const refused = callerRefusal(sessions.get(requestId), caller)
       return refused === undefined ? readerSession(requestId) : Effect.fail(refused)
     }).pipe(Effect.flatMap((session) => {
       const refused = linkCaller(session, caller)

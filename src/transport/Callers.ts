@@ -11,13 +11,15 @@ import type { Session } from "./Session.js"
 export const mayAct = (owner: Caller | undefined, caller: Caller | undefined): boolean =>
   owner === undefined || caller === undefined || owner._tag !== "User" || caller._tag !== "User" || owner.user.userId === caller.user.userId
 
+/** The refusal of `caller` acting on `session` (none: no session yet), or undefined. */
+export const callerRefusal = (session: Session | undefined, caller: Caller | undefined): ConnectError | undefined =>
+  session === undefined || mayAct(session.caller, caller) ? undefined : new ConnectError("permission_denied", "this request belongs to another user's session")
+
 /** Records the session's first caller; a refusal when `caller` is another user than the one who opened it. */
 export const linkCaller = (session: Session, caller: Caller | undefined): ConnectError | undefined => {
-  if (caller === undefined) return undefined
-  if (session.caller === undefined || session.caller._tag !== "User") {
-    if (caller._tag === "User") session.caller = caller
-    else if (session.caller === undefined) session.caller = caller
-    return undefined
+  const refused = callerRefusal(session, caller)
+  if (refused === undefined && caller !== undefined && (session.caller === undefined || (session.caller._tag !== "User" && caller._tag === "User"))) {
+    session.caller = caller
   }
-  return mayAct(session.caller, caller) ? undefined : new ConnectError("permission_denied", "this request belongs to another user's session")
+  return refused
 }

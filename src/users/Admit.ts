@@ -5,7 +5,7 @@
  * checked (the database not answering) is refused.
  */
 import { Clock, Effect, Option } from "effect"
-import type { Caller, User, UsersService } from "../Users.js"
+import type { Caller, User, UserError, UsersService } from "../Users.js"
 
 export interface Refusal {
   readonly kind: "model" | "owner" | "budget"
@@ -15,8 +15,8 @@ export interface Refusal {
 
 const usd = (amount: number) => `$${amount.toFixed(2)}`
 
-/** The refusal of a spent budget, or undefined; `warn` for one 80% spent. */
-const budgetRefusal = (name: string, spent: number, limit: number | undefined, period: "day" | "month", warn: (line: string) => void): Refusal | undefined => {
+/** The refusal of a spent budget, the warning line of one 80% spent, or undefined. */
+const budgetCheck = (name: string, spent: number, limit: number | undefined, period: "day" | "month"): Refusal | string | undefined => {
   if (limit === undefined) return undefined
   if (spent >= limit) {
     return {
@@ -26,8 +26,9 @@ const budgetRefusal = (name: string, spent: number, limit: number | undefined, p
         `It renews at the start of the next ${period} (UTC), or ask the operator to raise it (\`cursor-byok users\`).`
     }
   }
-  if (spent >= 0.8 * limit) warn(`users: ${name} has spent ${usd(spent)} of a ${usd(limit)} ${period === "day" ? "daily" : "monthly"} budget (${Math.floor((100 * spent) / limit)}%)`)
-  return undefined
+  return spent >= 0.8 * limit
+    ? `users: ${name} has spent ${usd(spent)} of a ${usd(limit)} ${period === "day" ? "daily" : "monthly"} budget (${Math.floor((100 * spent) / limit)}%)`
+    : undefined
 }
 
 /** Cannot check: refused (whose chat it is above all), with the reason logged. */
@@ -38,14 +39,8 @@ const unchecked = (error: { readonly message: string }) =>
     message: "The server could not check this chat's owner or your budget (its database did not answer), so the message was not sent to the model. Try again in a moment."
   } satisfies Refusal)
 
-/** The refusal of another user's chat, once `conversationId` is claimed for the caller. */
-const ownerRefusal = (users: UsersService, user: User, conversationId: string, at: number) =>
-  Effect.map(users.claim(conversationId, user.userId, at), (claim): Refusal | undefined =>
-    claim._tag === "Theirs" ? undefined : {
-      kind: "owner",
-      title: "Another user's chat",
-      message: `This chat belongs to ${claim.owner} on this server: it cannot be read, resumed or continued by ${user.name}. Start a new chat.`
-    })
+/** The most (user, conversation) ownerships kept in memory; past it the set starts again. */
+const OWNED_LIMIT = 10_000
 
 export interface Admission {
   /** A turn of `model` in `conversationId`: undefined lets it start. */
@@ -59,10 +54,30 @@ export interface Admission {
 /** The admission of turns on `users`. */
 export const make = (users: UsersService): Admission => {
   const warned = new Set<string>()
-  const warnOnce = (key: string) => (line: string) => {
-    if (warned.has(key)) return
+  /** Logs `line` once per key (a user's day or month). */
+  const warnOnce = (key: string, line: string) => {
+    if (warned.has(key)) return Effect.void
     warned.add(key)
-    Effect.runFork(Effect.logWarning(line))
+    return Effect.logWarning(line)
+  }
+  // A conversation's owner never changes once claimed: a user's own ones are claimed once, not at every turn.
+  const owned = new Set<string>()
+  /** The refusal of another user's chat, once `conversationId` is claimed for the caller. */
+  const ownerRefusal = (user: User, conversationId: string, at: number): Effect.Effect<Refusal | undefined, UserError> => {
+    const key = `${user.userId}\u0000${conversationId}`
+    if (owned.has(key)) return Effect.succeed(undefined)
+    return Effect.map(users.claim(conversationId, user.userId, at), (claim): Refusal | undefined => {
+      if (claim._tag === "Theirs") {
+        if (owned.size >= OWNED_LIMIT) owned.clear()
+        owned.add(key)
+        return undefined
+      }
+      return {
+        kind: "owner",
+        title: "Another user's chat",
+        message: `This chat belongs to ${claim.owner} on this server: it cannot be read, resumed or continued by ${user.name}. Start a new chat.`
+      }
+    })
   }
   const turn = (caller: Caller | undefined, conversationId: string, model: string): Effect.Effect<Refusal | undefined> =>
     Effect.gen(function*() {
@@ -77,17 +92,23 @@ export const make = (users: UsersService): Admission => {
       }
       // The clock the Store stamps calls with (`llm_calls.created_at_ms`).
       const at = yield* Clock.currentTimeMillis
-      const owner = yield* ownerRefusal(users, user, conversationId, at)
+      const owner = yield* ownerRefusal(user, conversationId, at)
       if (owner !== undefined || (user.dailyUsd === undefined && user.monthlyUsd === undefined)) return owner
       const spend = yield* users.spend(user.userId, at)
       const day = new Date(at).toISOString().slice(0, 10)
-      return budgetRefusal(user.name, spend.todayUsd, user.dailyUsd, "day", warnOnce(`${user.userId} ${day}`)) ??
-        budgetRefusal(user.name, spend.monthUsd, user.monthlyUsd, "month", warnOnce(`${user.userId} ${day.slice(0, 7)}`))
+      for (const [checked, key] of [
+        [budgetCheck(user.name, spend.todayUsd, user.dailyUsd, "day"), `${user.userId} ${day}`],
+        [budgetCheck(user.name, spend.monthUsd, user.monthlyUsd, "month"), `${user.userId} ${day.slice(0, 7)}`]
+      ] as const) {
+        if (typeof checked === "string") yield* warnOnce(key, checked)
+        else if (checked !== undefined) return checked
+      }
+      return undefined
     }).pipe(Effect.catchAll(unchecked))
   const resume = (caller: Caller | undefined, conversationId: string): Effect.Effect<Refusal | undefined> =>
     caller?._tag !== "User"
       ? Effect.succeed(undefined)
-      : Effect.flatMap(Clock.currentTimeMillis, (at) => ownerRefusal(users, caller.user, conversationId, at)).pipe(Effect.catchAll(unchecked))
+      : Effect.flatMap(Clock.currentTimeMillis, (at) => ownerRefusal(caller.user, conversationId, at)).pipe(Effect.catchAll(unchecked))
   const mayRead = (caller: Caller | undefined, conversationId: string): Effect.Effect<boolean> =>
     caller?._tag !== "User"
       ? Effect.succeed(true)
