@@ -72,11 +72,8 @@ describe("a developer's hookup pointed at a team's server", () => {
 
       // A developer whose token is not the team's: Cursor reads why.
       const stranger = yield* developerServer(team.baseUrl, "byok_u_not-issued")
-      const refused = yield* Effect.promise(() => new CursorClient({
-        baseUrl: "https://api2.cursor.sh",
-        agent: proxyAgent(stranger.proxyPort, [stranger.ca.certPem]),
-        turnTimeoutMs: 20_000
-      }).run({ conversationId: "conv-stranger", text: "hi" }))
+      const strangerClient = yield* throughProxy(stranger)
+      const refused = yield* Effect.promise(() => strangerClient.run({ conversationId: "conv-stranger", text: "hi" }))
       assert.notStrictEqual(endCode(refused), "Ok")
       assert.include(JSON.stringify(refused.end ?? refused.problems), "not one of this server's users")
     }), { timeout: 60_000 })

@@ -7,7 +7,8 @@
  * byte or key by key after an edit; `doctor` names the path the settings select.
  */
 import { NodeContext } from "@effect/platform-node"
-import { afterEach, assert, beforeEach, describe, it } from "@effect/vitest"
+import { assert, describe, it } from "@effect/vitest"
+import { isolateByokEnv } from "../support/ByokEnv.js"
 import { Console, Effect, Logger, LogLevel } from "effect"
 import * as Jsonc from "jsonc-parser"
 import { existsSync, readFileSync, writeFileSync } from "node:fs"
@@ -18,15 +19,7 @@ import { tempDirectory } from "../support/Transcripts.js"
 
 const KEY = "cursor.general.disableHttp2"
 
-const saved = { ...process.env }
-beforeEach(() => {
-  // Nothing of the developer's own configuration may steer the command.
-  for (const name of Object.keys(process.env)) if (name.startsWith("BYOK_")) delete process.env[name]
-})
-afterEach(() => {
-  for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name]
-  Object.assign(process.env, saved)
-})
+isolateByokEnv()
 
 interface Ran {
   readonly ok: boolean

@@ -6,7 +6,8 @@
  */
 import * as Command from "@effect/cli/Command"
 import { NodeContext } from "@effect/platform-node"
-import { afterEach, assert, beforeEach, describe, it } from "@effect/vitest"
+import { assert, describe, it } from "@effect/vitest"
+import { isolateByokEnv } from "../support/ByokEnv.js"
 import { Console, Effect, Logger, LogLevel, Option } from "effect"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
@@ -14,14 +15,7 @@ import * as UsersCli from "../../src/cli/Users.js"
 import { Users } from "../../src/Users.js"
 import { tempDirectory } from "../support/Transcripts.js"
 
-const saved = { ...process.env }
-beforeEach(() => {
-  for (const name of Object.keys(process.env)) if (name.startsWith("BYOK_")) delete process.env[name]
-})
-afterEach(() => {
-  for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name]
-  Object.assign(process.env, saved)
-})
+isolateByokEnv()
 
 const root = Command.make("cursor-byok").pipe(Command.withSubcommands([UsersCli.users]))
 const run = Command.run(root, { name: "cursor-byok", version: "0.0.0" })
