@@ -5,7 +5,8 @@
  *
  *   node_modules/.bin/tsx bench/profile.ts [streams] [deltas] [minMs] [maxMs] [rounds]
  */
-import { mkdtempSync, readFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync } from "node:fs"
+import { SourceMap } from "node:module"
 import { tmpdir } from "node:os"
 import { join, relative } from "node:path"
 import { performance } from "node:perf_hooks"
@@ -27,25 +28,45 @@ export const summarizeProfile = (path: string, top = 30): string => {
   const total = profile.nodes.reduce((n, node) => n + (node.hitCount ?? 0), 0)
   const byFunction = new Map<string, number>()
   const byFile = new Map<string, number>()
+  // A bundle's frames named by their sources through its source map (`serve.bundle.cjs.map`).
+  const maps = new Map<string, SourceMap | undefined>()
+  const mapOf = (url: string): SourceMap | undefined => {
+    if (!maps.has(url)) {
+      const path = url.startsWith("file://") ? new URL(url).pathname : url
+      maps.set(url, existsSync(`${path}.map`) ? new SourceMap(JSON.parse(readFileSync(`${path}.map`, "utf8"))) : undefined)
+    }
+    return maps.get(url)
+  }
+  const original = (frame: ProfileNode["callFrame"]): { readonly url: string; readonly line: number } => {
+    const entry = (frame.url.includes(".bundle.") ? mapOf(frame.url)?.findEntry(frame.lineNumber, frame.columnNumber) : undefined) as
+      | { readonly originalSource?: string; readonly originalLine?: number }
+      | undefined
+    return entry?.originalSource !== undefined
+      ? { url: entry.originalSource, line: entry.originalLine ?? 0 }
+      : { url: frame.url, line: frame.lineNumber }
+  }
   const short = (url: string) => {
     const file = url.startsWith("file://") ? relative(repoRoot, new URL(url).pathname) : url
-    return file.replace(/^node_modules\/\.pnpm\/[^/]+\/node_modules\//, "node_modules/")
+    return file.replace(/^(\.\.\/)+/, "").replace(/^node_modules\/\.pnpm\/[^/]+\/node_modules\//, "node_modules/")
   }
   for (const node of profile.nodes) {
     const hits = node.hitCount ?? 0
     if (hits === 0) continue
-    const file = short(node.callFrame.url) || "(native)"
-    const key = `${node.callFrame.functionName || "(anonymous)"} ${file}:${node.callFrame.lineNumber + 1}`
+    const at = original(node.callFrame)
+    const file = short(at.url) || "(native)"
+    const key = `${node.callFrame.functionName || "(anonymous)"} ${file}:${at.line + 1}`
     byFunction.set(key, (byFunction.get(key) ?? 0) + hits)
-    const fileKey = file.replace(/^(node_modules\/(@[^/]+\/)?[^/]+).*$/, "$1")
+    const fileKey = file.replace(/^(node_modules\/(@[^/]+\/)?[^/]+)\/(dist\/(cjs|esm)\/)?(internal\/)?([^/]+).*$/, "$1 $5$6")
     byFile.set(fileKey, (byFile.get(fileKey) ?? 0) + hits)
   }
   // Inclusive time: each sample counts once for every distinct function on its stack.
   const byId = new Map(profile.nodes.map((node) => [node.id, node]))
   const parent = new Map<number, number>()
   for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id)
-  const keyOf = (node: ProfileNode) =>
-    `${node.callFrame.functionName || "(anonymous)"} ${short(node.callFrame.url) || "(native)"}:${node.callFrame.lineNumber + 1}:${node.callFrame.columnNumber + 1}`
+  const keyOf = (node: ProfileNode) => {
+    const at = original(node.callFrame)
+    return `${node.callFrame.functionName || "(anonymous)"} ${short(at.url) || "(native)"}:${at.line + 1}`
+  }
   const inclusive = new Map<string, number>()
   for (const node of profile.nodes) {
     const hits = node.hitCount ?? 0
@@ -54,7 +75,7 @@ export const summarizeProfile = (path: string, top = 30): string => {
     for (let id: number | undefined = node.id; id !== undefined; id = parent.get(id)) {
       const current = byId.get(id)!
       // The server runs as one bundle (`byok-bench/serve.mjs`) or from its sources (`/src/`).
-      if (!current.callFrame.url.includes("/src/") && !current.callFrame.url.includes("byok-bench/")) continue
+      if (!original(current.callFrame).url.includes("/src/")) continue
       const key = keyOf(current)
       if (seen.has(key)) continue
       seen.add(key)
@@ -77,7 +98,7 @@ export const summarizeProfile = (path: string, top = 30): string => {
     "",
     "| self | file or package |",
     "| ---: | --- |",
-    ...rows(byFile, 15)
+    ...rows(byFile, 40)
   ].join("\n")
 }
 
@@ -91,7 +112,8 @@ const main = async () => {
   let sequence = 0
   try {
     for (let round = 0; round <= rounds; round++) {
-      if (round === 1) await server.profileStart()
+      // BENCH_WARM=N: the profile starts after N rounds (V8 compiles hot code for the first ~1,000 turns).
+      if (round === Math.max(1, Number(process.env["BENCH_WARM"] ?? 1))) await server.profileStart()
       const started = performance.now()
       const cpuStart = server.cpuSeconds()
       const results = await concurrently(streams, 100, () => serverStream(server.baseUrl, provider, { id: `p${sequence++}`, deltas, minMs, maxMs }))
