@@ -20,6 +20,7 @@ import * as Sse from "./sse.js"
 import * as Store from "./store.js"
 import * as Tab from "./tab.js"
 import * as Team from "./team.js"
+import * as Instances from "./instances.js"
 import * as Throughput from "./throughput.js"
 
 const benches: Record<string, () => Promise<string>> = {
@@ -39,6 +40,7 @@ const benches: Record<string, () => Promise<string>> = {
   proxyLeaves: async () => (await ProxyLeaves.run()).markdown,
   tab: async () => (await Tab.run()).markdown,
   team: async () => (await Team.run()).markdown,
+  instances: async () => (await Instances.run()).markdown,
   // Ten minutes: last, so the figures above come first.
   soak: async () => (await Soak.run()).markdown
 }

@@ -20,6 +20,7 @@
  * `make` builds once. This module keeps the service, its layer and the actors.
  */
 import { Chunk, Context, Deferred, Effect, Exit, FiberMap, Layer, Mailbox, Option, Stream } from "effect"
+import { Cluster, solo } from "./Cluster.js"
 import { Llm } from "./Llm.js"
 import type { Message } from "./Llm.js"
 import { initialRuntime, makeTransition } from "./Loop.js"
@@ -28,7 +29,7 @@ import { makeKeyedLock } from "./internal/KeyedLock.js"
 import { URGENT } from "./internal/Scheduler.js"
 import { Envelope, offer, priorityOf } from "./runner/Actor.js"
 import { makeTurnClock } from "./runner/TurnLog.js"
-import type { Actor, ActorState, RunnerEnv } from "./runner/Actor.js"
+import type { Actor, ActorState, RecoveryOutcome, RunnerEnv } from "./runner/Actor.js"
 import { ClientGateway } from "./runner/ClientGateway.js"
 import type { StartedTurn } from "./runner/ClientGateway.js"
 import { currentTurn, findStartedTurn, historyOf, holdsHistory, isCommitted } from "./runner/Lookup.js"
@@ -92,6 +93,11 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
   readonly isCommitted: (conversationId: string, inputId: string) => Effect.Effect<boolean>
   /** Resumes what a previous process left in flight; run once at startup. */
   readonly recover: Effect.Effect<RecoveryReport>
+  /**
+   * Resumes what one conversation has in flight, as `recover` does, when the instance that ran
+   * it is gone (`Cluster`); nothing when this process runs it already.
+   */
+  readonly recoverConversation: (conversationId: string) => Effect.Effect<RecoveryOutcome>
   /** Completes when the conversation has no actor (its inputs are all processed and no turn runs). */
   readonly awaitIdle: (conversationId: string) => Effect.Effect<void>
 }>() {}
@@ -101,7 +107,7 @@ export class Runner extends Context.Tag("cursor-byok/Runner")<Runner, {
  * store's CAS catches a stale one): `load` a conversation's (a fresh one, or the store's when
  * `fresh`), `remember` one just committed.
  */
-const stateCache = (store: Context.Tag.Service<Store>, size: number) => {
+const stateCache = (store: Context.Tag.Service<Store>, size: number, shared: boolean) => {
   const cache = new Map<string, { readonly state: ConversationState; readonly version: number }>()
   const remember = (state: ConversationState, version: number) => {
     cache.delete(state.conversationId)
@@ -109,7 +115,8 @@ const stateCache = (store: Context.Tag.Service<Store>, size: number) => {
     if (cache.size > size) cache.delete(cache.keys().next().value!)
   }
   const load = (conversationId: string, fresh = false) => {
-    const cached = fresh ? undefined : cache.get(conversationId)
+    // Shared with other instances (`Cluster`), the store's is the only current state.
+    const cached = fresh || shared ? undefined : cache.get(conversationId)
     if (cached !== undefined) return Effect.succeed<ActorState>({ runtime: { committed: cached.state, pending: null }, version: cached.version })
     return store.load(conversationId).pipe(Effect.map(Option.match({
       onNone: (): ActorState => ({ runtime: initialRuntime(conversationId), version: 0 }),
@@ -137,7 +144,9 @@ export const make = (options: RunnerOptions) =>
     // Committed states, and what the runner's parts share
     // -------------------------------------------------------------------------
 
-    const { load, remember } = stateCache(store, options.stateCacheSize ?? 256)
+    // Alone unless a `Cluster` of several instances is provided (a team's server on PostgreSQL).
+    const cluster = Option.getOrElse(yield* Effect.serviceOption(Cluster), () => solo)
+    const { load, remember } = stateCache(store, options.stateCacheSize ?? 256, cluster.shared)
 
     // `deliver` is defined with the actors below: a model stream feeds its events back through it.
     const env: RunnerEnv = {
@@ -192,11 +201,17 @@ export const make = (options: RunnerOptions) =>
       return Effect.flatMap(processed, () => processAll(actor, envelopes, index + 1))
     }
 
-    const runActor = (actor: Actor) =>
-      locks.withLock(actor.conversationId)(Effect.gen(function*() {
+    const work = (actor: Actor) =>
+      Effect.gen(function*() {
         actor.state = yield* load(actor.conversationId).pipe(Effect.orDie)
         yield* Mailbox.toStream(actor.mailbox).pipe(Stream.runForEachChunk((envelopes) => processAll(actor, Chunk.toReadonlyArray(envelopes), 0)))
-      })).pipe(
+      })
+
+    // The keyed lock within this instance; with other instances, the conversation's lease among them too, for the actor's life.
+    const runActor = (actor: Actor) =>
+      locks.withLock(actor.conversationId)(
+        cluster.shared ? Effect.scoped(Effect.zipRight(cluster.lease(actor.conversationId), work(actor))) : work(actor)
+      ).pipe(
         Effect.catchAllCause((cause) => Effect.logError("runner: conversation actor stopped", cause)),
         Effect.ensuring(Effect.sync(() => {
           if (actors.get(actor.conversationId) === actor) actors.delete(actor.conversationId)
@@ -247,6 +262,13 @@ export const make = (options: RunnerOptions) =>
     const submitNotifying = (conversationId: string, input: Input, inputId: string, applied: () => void) =>
       deliver(conversationId, Envelope.Apply({ input, inputId, applied }))
 
+    const recoverConversation = (conversationId: string) =>
+      Effect.gen(function*() {
+        const reply = yield* Deferred.make<RecoveryOutcome>()
+        yield* deliver(conversationId, Envelope.Resume({ reply }))
+        return yield* Deferred.await(reply)
+      })
+
     const awaitIdle = (conversationId: string): Effect.Effect<void> =>
       Effect.suspend(() => {
         const actor = actors.get(conversationId)
@@ -262,6 +284,7 @@ export const make = (options: RunnerOptions) =>
       holdsHistory: holdsHistory(env),
       isCommitted: isCommitted(env),
       recover: recover(env),
+      recoverConversation,
       awaitIdle
     })
   })

@@ -11,6 +11,10 @@ import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Effect, FiberRef, Layer, Option } from "effect"
 import { URGENT } from "./internal/Scheduler.js"
 import * as Capture from "./capture/Capture.js"
+import { Cluster } from "./Cluster.js"
+import * as Registry from "./cluster/Registry.js"
+import * as Routing from "./cluster/Routing.js"
+import { advertiseAddress } from "./Config.js"
 import type { ConfigSource, ServerConfig } from "./Config.js"
 import * as ContextUsage from "./ContextUsage.js"
 import * as Live from "./config/Live.js"
@@ -174,9 +178,17 @@ const catalogue = (config: ServerConfig): SideRpcs.CatalogueOptions => ({
   agentUrl: config.http2.tls === undefined ? undefined : `https://${config.host}:${config.http2.tls.port}`
 })
 
-/** Resumes what a previous process left in flight, and says what it did. */
+/**
+ * Resumes what a previous process left in flight, and says what it did. With other instances
+ * alive on the database, what is in flight may be theirs: a conversation of an instance that is
+ * gone is resumed when its client comes back (`cluster/Routing.ts`).
+ */
 const Recovery = Layer.effectDiscard(Effect.gen(function*() {
   const runner = yield* Runner.Runner
+  const cluster = yield* Cluster
+  if (cluster.shared && (yield* cluster.othersAlive.pipe(Effect.orElseSucceed(() => true)))) {
+    return yield* Effect.logInfo("cluster: other instances are running: what is in flight is resumed as each client comes back, not at start")
+  }
   const report = yield* runner.recover
   if (report.conversations > 0) {
     yield* Effect.logInfo(
@@ -194,8 +206,8 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
       Layer.provideMerge(FaultInjection.wrapStore(Store.layerSql, faults)),
       // The team's users (none: one person's server), on the Store's database.
       Layer.provideMerge(UsersService.layer),
-      // One serving instance per PostgreSQL database, until several can share one.
-      Layer.provideMerge(Store.layerSingleInstance(database)),
+      // Instances sharing a PostgreSQL database: the registry (alone on SQLite).
+      Layer.provideMerge(Registry.layerFor(database, { address: advertiseAddress(current()) })),
       Layer.provideMerge(Store.layerClient(database)),
       Layer.provideMerge(llm ?? Capture.recordingLlm(Router.layerLive(() => current().router))),
       Layer.provideMerge(Web.layer),
@@ -220,7 +232,8 @@ const layerAppOn = <E, R>(live: Layer.Layer<LiveConfig, E, R>, database: string,
   const http = HttpMiddleware.withTracerDisabledWhen(HttpLayerRouter.serve(routes, { disableLogger: true, disableListenLog: true }), () => true).pipe(
     Layer.locally(FiberRef.currentSchedulingPriority, URGENT)
   )
-  return Layer.mergeAll(http, Front.layer, Capture.layerFront).pipe(
+  // Several instances on one database: each agent call served where its request's session is.
+  return Layer.mergeAll(http, Front.layer.pipe(Layer.provide(Routing.layer)), Capture.layerFront).pipe(
     Layer.provide(Recovery),
     // The warning for each kind of unknown client field, once (`Drift.ts`).
     Layer.provide(Drift.layerLog),

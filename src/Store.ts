@@ -46,13 +46,6 @@ export const layerPostgresClient = Postgres.layerClient
 export const layerClient = (database: string): Layer.Layer<SqlClient.SqlClient, StoreError> =>
   Postgres.isPostgresUrl(database) ? Postgres.layerClient({ url: database }) : Sqlite.layerClient({ filename: database })
 
-/** While built, this process is the one serving instance of `database` (PostgreSQL's; nothing on SQLite). */
-export const layerSingleInstance = (database: string): Layer.Layer<never, StoreError, SqlClient.SqlClient> =>
-  Layer.scopedDiscard(Postgres.singleInstance(database))
-
-/** The same as an effect, with how long to wait for another instance's lock (tests). */
-export const singleInstanceFor = Postgres.singleInstance
-
 /** The Store `database` names. */
 export const layer = (database: string): Layer.Layer<Store, StoreError> => layerSql.pipe(Layer.provide(layerClient(database)))
 

@@ -11,6 +11,7 @@
  * front door (`transport/Front.ts`, `transport/front/Agent.ts`), `Run` by `transport/Run.ts`.
  */
 import { Duration, Effect, Either, FiberSet, Layer, Option, Queue, Schedule } from "effect"
+import { Cluster, solo } from "./Cluster.js"
 import * as Dialect from "./Dialect.js"
 import type { ClientMessage } from "./Dialect.js"
 import * as Drift from "./Drift.js"
@@ -57,7 +58,8 @@ export const make = Effect.gen(function*() {
     runner,
     sessions,
     Option.match(web, { onNone: () => noServerWork, onSome: workerOf }),
-    Option.match(users, { onNone: () => Admit.admitAll, onSome: (service) => Admit.make(service) })
+    Option.match(users, { onNone: () => Admit.admitAll, onSome: (service) => Admit.make(service) }),
+    Option.getOrElse(yield* Effect.serviceOption(Cluster), () => solo)
   )
   const { options } = env
   const background = yield* FiberSet.make()

@@ -25,10 +25,12 @@ const file = Schema.decodeUnknownSync(Config.FileConfig)(JSON.parse(process.env[
 const resolved = Config.resolve(file, {})
 // The proxy only when the bench asks (BENCH_PROXY=1, with `home` in BENCH_CONFIG for its CA), on an ephemeral port.
 const withProxy = process.env["BENCH_PROXY"] === "1"
+// BENCH_PORT: a port of the bench's choosing, which other instances on a shared database reach it at (`instances.ts`).
+const port = Number(process.env["BENCH_PORT"] ?? 0)
 const config = {
   ...resolved,
   host: "127.0.0.1",
-  port: 0,
+  port,
   http2: { ...resolved.http2, cleartextPort: 0, tls: undefined },
   proxy: { ...resolved.proxy, port: withProxy ? 0 : undefined, upstream: undefined }
 }

@@ -104,6 +104,7 @@ ENVIRONMENT (each over the file's key)
   BYOK_TLS_CERT        PEM certificate for the TLS listener, with BYOK_TLS_KEY (the CA's leaf)
   BYOK_TLS_KEY         PEM key for the TLS listener, with BYOK_TLS_CERT
   BYOK_DB              the SQLite file, or a postgres:// URL (./data/byok.sqlite)
+  BYOK_ADVERTISE       where instances sharing a postgres:// database reach this one (http://host:port)
   BYOK_HOME            where the CA and its key live (~/.cursor-byok)
   BYOK_OFFLINE         1: no Cursor account, every Cursor procedure answered here (0)
   BYOK_UPSTREAM_PROXY  your proxy for outgoing connections (HTTPS_PROXY)

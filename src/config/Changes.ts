@@ -9,7 +9,7 @@ import { Redacted } from "effect"
 import type { ServerConfig } from "./File.js"
 
 /** Keys read once, when the listeners, the store and the CA are made: a change waits for a restart. */
-export const restartOnly = ["host", "port", "database", "http2", "proxy", "home"] as const satisfies ReadonlyArray<keyof ServerConfig>
+export const restartOnly = ["host", "port", "database", "advertise", "http2", "proxy", "home"] as const satisfies ReadonlyArray<keyof ServerConfig>
 
 /** Keys read at each use (a new turn, a new request, a new model call): a change applies at once. */
 const liveKeys = [

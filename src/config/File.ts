@@ -155,6 +155,11 @@ export const FileConfig = Schema.Struct({
   allowedHosts: Schema.optionalWith(Schema.Array(HostName), { default: () => [] }),
   port: Schema.optionalWith(Port, { default: () => 8787 }),
   database: Schema.optionalWith(Schema.String, { default: () => "./data/byok.sqlite" }),
+  /**
+   * Where the other instances of a team's server reach this one (`http://host:port`) when several
+   * share a PostgreSQL database (BYOK_ADVERTISE); default `http://<host>:<port>`.
+   */
+  advertise: Schema.optional(Schema.String),
   heartbeatMs: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 5000 }),
   /** How long a stop waits for requests in flight (a commit, an append's answer) before it closes their connections. */
   drainMs: Schema.optionalWith(Schema.Int.pipe(Schema.nonNegative()), { default: () => 5000 }),
@@ -204,6 +209,8 @@ export interface ServerConfig {
   readonly allowedHosts: ReadonlyArray<string>
   readonly port: number
   readonly database: string
+  /** Where the other instances sharing the database reach this one (`advertise`, `BYOK_ADVERTISE`); undefined: `advertiseAddress`'s default. */
+  readonly advertise: string | undefined
   readonly heartbeatMs: number
   readonly drainMs: number
   readonly orphanTimeoutMs: number
@@ -300,6 +307,7 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
   const port = portText === undefined ? file.port : Number(portText)
   const defaultModel = file.defaultModel ?? models[0]?.id
   const consoleToken = env["BYOK_CONSOLE_TOKEN"] ?? file.console.token
+  const advertise = env["BYOK_ADVERTISE"] ?? file.advertise
   if (!isLoopback(host)) {
     notices.push(`listening on ${host}, which is not a loopback address: every request but /healthz needs the token`)
   }
@@ -308,9 +316,10 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
   }
   return {
     host,
-    allowedHosts: allowedHostsOf(file, env),
+    allowedHosts: allowedHostsOf(file, env, advertise),
     port,
     database: env["BYOK_DB"] ?? file.database,
+    advertise,
     heartbeatMs: file.heartbeatMs,
     drainMs: file.drainMs,
     orphanTimeoutMs: file.orphanTimeoutMs,
@@ -342,11 +351,24 @@ export const resolve = (file: FileConfig, env: Readonly<Record<string, string | 
   }
 }
 
-/** `allowedHosts`, or `BYOK_ALLOWED_HOSTS` (comma-separated) in its place; lower case, brackets kept off IPv6. */
-const allowedHostsOf = (file: FileConfig, env: Readonly<Record<string, string | undefined>>): ReadonlyArray<string> => {
+/** The host other instances dial for this one: a wildcard address is not one, so loopback stands in. */
+const advertisedHost = (host: string): string =>
+  host === "0.0.0.0" || host === "::" || host === "" ? "127.0.0.1" : host.includes(":") && !host.startsWith("[") ? `[${host}]` : host
+
+/** Where the other instances on a shared database reach this one: `advertise`, or `http://<host>:<port>`. */
+export const advertiseAddress = (config: Pick<ServerConfig, "advertise" | "host" | "port">): string =>
+  config.advertise ?? `http://${advertisedHost(config.host)}:${config.port}`
+
+/**
+ * `allowedHosts`, or `BYOK_ALLOWED_HOSTS` (comma-separated) in its place; lower case, brackets
+ * kept off IPv6; and the host of an `advertise` set, which the other instances address this one by
+ * (the default's host, this server's own, is allowed already).
+ */
+const allowedHostsOf = (file: FileConfig, env: Readonly<Record<string, string | undefined>>, advertise: string | undefined): ReadonlyArray<string> => {
   const text = env["BYOK_ALLOWED_HOSTS"]
   const names = text === undefined ? file.allowedHosts : text.split(",").map((name) => name.trim()).filter((name) => name !== "")
-  return names.map((name) => name.toLowerCase().replace(/^\[([^\]]+)\]/, "$1"))
+  const advertised = advertise !== undefined && URL.canParse(advertise) ? new URL(advertise).host : undefined
+  return [...names, ...(advertised === undefined || advertised === "" ? [] : [advertised])].map((name) => name.toLowerCase().replace(/^\[([^\]]+)\]/, "$1"))
 }
 
 /**

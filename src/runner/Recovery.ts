@@ -5,7 +5,7 @@
  * model as interrupted. `recover` asks every such conversation, then settles what no running
  * turn holds.
  */
-import { Deferred, Effect, Option } from "effect"
+import { Deferred, Effect, FiberMap, Option } from "effect"
 import type { ToolResultMessage } from "../Llm.js"
 import { Command, Input } from "../Loop.js"
 import { Envelope, offerEffect, turnRefOf } from "./Actor.js"
@@ -17,6 +17,8 @@ export const resume = (env: RunnerEnv, actor: Actor, acc: ActorState) =>
     const { gateway, options, store } = env
     const state = acc.runtime.committed
     const turn = turnRefOf(state)
+    // This process streams it already (a takeover asked for a conversation it runs): nothing to resume.
+    if (yield* FiberMap.has(env.llmStreams, actor.conversationId)) return "none" as const
     if (state.status === "waitingLlm" && state.activeCallId !== null) {
       const saved = yield* store.loadLlmCall(state.activeCallId)
       if (Option.isSome(saved)) {

@@ -1,7 +1,7 @@
 /**
  * The PostgreSQL connection the Store runs on (a team's server): a pool of `@effect/sql-pg`, the
- * migrations of `pgMigrations.ts` applied before anything else may use it (the migrator locks
- * its table, so instances starting together apply them once), and BIGINT and NUMERIC read back
+ * migrations of `pgMigrations.ts` applied before anything else may use it (one instance at a
+ * time under an advisory lock, so instances starting together apply them once), and BIGINT and NUMERIC read back
  * as numbers, as SQLite gives them. `SqlStore.ts` runs the same programs on it statement by
  * statement, in the client's transactions.
  */
@@ -9,8 +9,7 @@ import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as PgMigrator from "@effect/sql-pg/PgMigrator"
-import { Duration, Effect, Layer, Option, Redacted, Schedule } from "effect"
-import type { Scope } from "effect"
+import { Duration, Effect, Layer, Redacted } from "effect"
 import pg from "pg"
 import { rootCauseOf, StoreError } from "./Model.js"
 import { pgMigrations } from "./pgMigrations.js"
@@ -70,6 +69,20 @@ const openFailed = (operation: "open" | "migrate", url: string) => (cause: unkno
   })
 }
 
+/** The advisory lock instances starting together take in turn to migrate (the migrator's own table races otherwise). */
+const MIGRATION_LOCK = 0x62796f6d // "byom"
+
+/** The migrations, one instance at a time: the others wait on the lock, then find nothing to do. */
+const migrateAlone = Effect.scoped(Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const connection = yield* sql.reserve
+  yield* Effect.acquireRelease(
+    connection.execute(`SELECT pg_advisory_lock(${MIGRATION_LOCK})`, [], undefined),
+    () => connection.execute(`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`, [], undefined).pipe(Effect.ignore)
+  )
+  yield* PgMigrator.run({ loader: PgMigrator.fromRecord(pgMigrations) })
+}))
+
 /** A migrated PostgreSQL database as `PgClient` and the generic `SqlClient`. */
 export const layerClient = (options: PostgresOptions): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, StoreError> =>
   Layer.scopedContext(
@@ -83,41 +96,7 @@ export const layerClient = (options: PostgresOptions): Layer.Layer<PgClient.PgCl
         // Rows keep the column names the statements give (snake_case), as on SQLite.
         transformJson: false
       })).pipe(Effect.mapError(openFailed("open", options.url)))
-      yield* PgMigrator.run({ loader: PgMigrator.fromRecord(pgMigrations) }).pipe(
-        Effect.provide(context),
-        Effect.mapError(openFailed("migrate", options.url))
-      )
+      yield* migrateAlone.pipe(Effect.provide(context), Effect.mapError(openFailed("migrate", options.url)))
       return context
     })
   ).pipe(Layer.provide(NodeContext.layer))
-
-/** The advisory lock a serving instance holds on its database (PostgreSQL frees it when the holder's connection ends). */
-const INSTANCE_LOCK = 0x62796f6b // "byok"
-
-/**
- * One serving instance per database, until several can share one (docs/team.md): a session-level
- * advisory lock on a connection held for the scope. Another instance's start waits `waitMs` for
- * it (a killed holder's connection takes a moment to be seen closed), then fails saying so.
- * Nothing on SQLite, whose file lock does the same.
- */
-export const singleInstance = (database: string, waitMs = 10_000): Effect.Effect<void, StoreError, SqlClient.SqlClient | Scope.Scope> =>
-  Effect.gen(function*() {
-    if (!isPostgresUrl(database)) return
-    const sql = yield* SqlClient.SqlClient
-    const connection = yield* sql.reserve.pipe(Effect.mapError(openFailed("open", database)))
-    const tryLock = connection.execute(`SELECT pg_try_advisory_lock(${INSTANCE_LOCK}) AS locked`, [], undefined).pipe(
-      Effect.map((rows) => (rows[0] as { locked?: boolean } | undefined)?.locked === true),
-      Effect.mapError(openFailed("open", database))
-    )
-    const locked = yield* tryLock.pipe(
-      Effect.repeat({ until: (held) => held, schedule: Schedule.spaced("200 millis") }),
-      Effect.timeoutOption(Duration.millis(waitMs))
-    )
-    if (Option.isNone(locked)) {
-      return yield* new StoreError({
-        operation: "open",
-        message: `another cursor-byok instance serves the database ${displayDatabase(database)}: one instance per database for now ` +
-          "(several sharing one are not supported yet); stop the other, or give this one a database of its own"
-      })
-    }
-  })

@@ -177,8 +177,32 @@ const users = Effect.gen(function*() {
   yield* sql`CREATE INDEX conversation_owners_user ON conversation_owners (user_id)`
 })
 
+/**
+ * Several instances on one database (`cluster/Registry.ts`): the instances, each with the key of
+ * the advisory lock it holds while it runs, and which instance holds each request's session.
+ */
+const instances = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE instances (
+      instance_key SERIAL PRIMARY KEY,
+      instance_id TEXT COLLATE "C" NOT NULL UNIQUE,
+      address TEXT NOT NULL,
+      started_at_ms BIGINT NOT NULL,
+      heartbeat_at_ms BIGINT NOT NULL
+    )`
+  yield* sql`
+    CREATE TABLE request_holders (
+      request_id TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+      instance_key INTEGER NOT NULL,
+      claimed_at_ms BIGINT NOT NULL
+    )`
+  yield* sql`CREATE INDEX request_holders_claimed ON request_holders (claimed_at_ms)`
+})
+
 /** Keyed `<id>_<name>` as the migrator expects; applied in id order, each once. */
 export const pgMigrations = {
   "0001_schema": schema,
-  "0002_users": users
+  "0002_users": users,
+  "0003_instances": instances
 }

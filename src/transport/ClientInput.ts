@@ -7,6 +7,8 @@
  */
 import { Clock, Deferred, Duration, Effect, Either, FiberSet } from "effect"
 import type { Context } from "effect"
+import { solo } from "../Cluster.js"
+import type { ClusterService } from "../Cluster.js"
 import * as Dialect from "../Dialect.js"
 import type { RunRequest } from "../Dialect.js"
 import { Input } from "../Loop.js"
@@ -36,7 +38,8 @@ export const makeInputEnv = (
   runner: Context.Tag.Service<Runner>,
   sessions: SessionsService,
   worker: ServerWorker = noServerWork,
-  admit: Admission = admitAll
+  admit: Admission = admitAll,
+  cluster: ClusterService = solo
 ): InputEnv => {
   const env: InputEnv = {
     ...base,
@@ -44,6 +47,7 @@ export const makeInputEnv = (
     sessions,
     worker,
     admit,
+    cluster,
     carryOut: (session, command) => carryOut(env, session, command),
     replayEnd: (session, ended) => Recovery.replayEnd(env, session, ended)
   }

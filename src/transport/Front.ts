@@ -156,8 +156,10 @@ export const layer: Layer.Layer<never, never, Transport | Door | HttpFront> = La
   const door = yield* Door
   // A request's fiber is urgent, as the Effect app's (`internal/Scheduler.ts`).
   const runFork = yield* Effect.withSchedulingPriority(FiberSet.makeRuntime<never>(), URGENT)
+  // Several instances on one database: each request's calls served where its session is (`cluster/Routing.ts`).
+  const router = yield* Effect.serviceOption(Agent.AgentRouter)
   front.door = door
-  front.agent = Agent.make(transport, runFork)
+  front.agent = Agent.make(transport, runFork, Option.getOrUndefined(router))
   yield* Effect.addFinalizer(() => Effect.sync(() => void (front.agent = undefined)))
 }))
 

@@ -1,6 +1,7 @@
 /** What handing on a client's messages needs beyond the session, as the session modules see it (`ClientInput.ts` makes it). */
 import { Effect } from "effect"
 import type { Context } from "effect"
+import type { ClusterService } from "../Cluster.js"
 import type { TurnWebTools } from "../Loop.js"
 import type { Runner, StartedTurn } from "../Runner.js"
 import type { SessionCommand } from "../Session.js"
@@ -37,5 +38,7 @@ export interface InputEnv extends SessionEnv {
   readonly replayEnd: (session: Session, ended: Extract<StartedTurn, { readonly _tag: "Ended" }>) => Effect.Effect<void>
   /** Whether the session's caller may start or resume a turn (`users/Admit.ts`): the refusal, or undefined. */
   readonly admit: Admission
+  /** The other instances on the database, if any: where a resumed turn runs (`Resume.ts`). */
+  readonly cluster: ClusterService
 }
 

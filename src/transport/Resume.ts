@@ -13,7 +13,7 @@
  * - the conversation has no turn: the request ends `failed_precondition`, so the client sends
  *   its message again.
  */
-import { Clock, Effect, FiberSet, Option, Stream } from "effect"
+import { Clock, Effect, Either, FiberSet, Option, Stream } from "effect"
 import * as Dialect from "../Dialect.js"
 import type { InputEnv } from "./InputEnv.js"
 import { FLAG_END_STREAM } from "./Connect.js"
@@ -41,8 +41,21 @@ export const resume = (env: InputEnv, session: Session) =>
     if (inFlight !== undefined) return yield* mirror(env, session, inFlight)
     const current = yield* env.runner.currentTurn(conversationId)
     if (Option.isSome(current) && current.value._tag === "Running") {
-      // Recovered after a restart: the runner speaks for it under its own request id.
-      return yield* mirror(env, session, yield* env.sessions.sessionFor(requestIdOf(current.value.turn)))
+      const turnRequest = requestIdOf(current.value.turn)
+      const route = yield* Effect.either(env.cluster.route(turnRequest))
+      if (Either.isRight(route) && route.right._tag === "There") {
+        // A live other instance runs it: a resume that reaches it mirrors it there.
+        return yield* endSession(session, Dialect.EndStream.Error({
+          code: "unavailable",
+          message: `The turn of conversation ${conversationId} runs on another instance of this server (${route.right.address}); resume again.`,
+          detail: undefined
+        }))
+      }
+      const turn = yield* env.sessions.sessionFor(turnRequest)
+      // Taken over from an instance that is gone: resumed here from the store (the model call re-issued).
+      if (Either.isRight(route) && route.right._tag === "Here" && route.right.tookOver) yield* env.runner.recoverConversation(conversationId)
+      // Recovered after a restart (or just now): the runner speaks for it under its own request id.
+      return yield* mirror(env, session, turn)
     }
     if (Option.isSome(current) && current.value._tag === "Ended") {
       const ended = current.value

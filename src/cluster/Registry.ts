@@ -1,0 +1,204 @@
+/**
+ * The instances sharing one PostgreSQL database, on PostgreSQL itself. Each instance registers
+ * (`instances`), heartbeats every second and, on a connection of its own, holds an advisory lock
+ * on its key while it runs: PostgreSQL drops it the moment that connection ends, a SIGKILL
+ * included, so an instance is alive while its lock is held and its heartbeat is under 5 s old.
+ * A request's session is held by the instance that first claimed it (`request_holders`); an
+ * instance that is gone loses its requests to the next that routes them. A conversation is
+ * worked by one instance at a time: the same connection takes an advisory lock per
+ * conversation. An instance whose heartbeat stopped while its connection stayed (a hung
+ * process) has that connection ended by the others' heartbeat, which frees its locks.
+ */
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Clock, Duration, Effect, Layer, Schedule, Scope } from "effect"
+import { Cluster, ClusterError, HERE, layerSolo } from "../Cluster.js"
+import { isPostgresUrl } from "../store/Postgres.js"
+import type { ClusterService, Route } from "../Cluster.js"
+
+/** Advisory lock classes (the two-int form): an instance's key, a conversation's hash. */
+const INSTANCE_CLASS = 0x62796f69 // "byoi"
+const CONVERSATION_CLASS = 0x62796f63 // "byoc"
+
+export interface RegistryOptions {
+  /** `http://host:port`, where the other instances reach this one. */
+  readonly address: string
+  readonly heartbeatMs?: number
+  /** An instance whose heartbeat is older than this is gone, its lock held or not. */
+  readonly goneAfterMs?: number
+  /** How often a lease held elsewhere is asked for again. */
+  readonly leasePollMs?: number
+}
+
+/** The live instances, as a subquery: heartbeat fresh (`$1` the oldest heartbeat allowed) and lock held. */
+const LIVE = `
+  SELECT i.instance_key, i.instance_id, i.address FROM instances i
+  WHERE i.heartbeat_at_ms > $1 AND EXISTS (
+    SELECT 1 FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.classid = ${INSTANCE_CLASS} AND l.objid = i.instance_key AND l.objsubid = 2
+  )`
+
+/**
+ * Claims `$2` for `$3` unless a live instance holds it; answers who holds it after, who held it
+ * before and the holder's address. One statement: two instances claiming at once see one winner.
+ */
+const CLAIM = `
+  WITH live AS (${LIVE}),
+  previous AS (SELECT instance_key FROM request_holders WHERE request_id = $2),
+  claimed AS (
+    INSERT INTO request_holders (request_id, instance_key, claimed_at_ms) VALUES ($2, $3, $4)
+    ON CONFLICT (request_id) DO UPDATE SET instance_key = EXCLUDED.instance_key, claimed_at_ms = EXCLUDED.claimed_at_ms
+    WHERE request_holders.instance_key NOT IN (SELECT instance_key FROM live)
+    RETURNING instance_key
+  )
+  SELECT (SELECT instance_key FROM claimed) AS claimed, (SELECT instance_key FROM previous) AS previous`
+
+const HOLDER = `
+  WITH live AS (${LIVE})
+  SELECT h.instance_key, live.instance_id, live.address FROM request_holders h
+  LEFT JOIN live ON live.instance_key = h.instance_key WHERE h.request_id = $2`
+
+interface ClaimRow {
+  readonly claimed: number | null
+  readonly previous: number | null
+}
+
+interface HolderRow {
+  readonly instance_key: number
+  readonly instance_id: string | null
+  readonly address: string | null
+}
+
+const failed = (what: string) => (cause: SqlError) =>
+  new ClusterError({ message: `the instances' registry could not ${what}: ${cause.message}`, cause })
+
+export const make = (options: RegistryOptions): Effect.Effect<ClusterService, ClusterError, SqlClient.SqlClient | Scope.Scope> =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const heartbeatMs = options.heartbeatMs ?? 1000
+    const goneAfterMs = options.goneAfterMs ?? 5000
+    const leasePollMs = options.leasePollMs ?? 25
+    const instanceId = crypto.randomUUID()
+    const run = <A extends object>(text: string, params: ReadonlyArray<unknown>) => sql.unsafe<A>(text, params as Array<never>)
+
+    // The locks' connection: held for the instance's life (taken again if it ends), its locks freed before it goes back to the pool.
+    const scope = yield* Effect.scope
+    const reserveLocks = Effect.acquireRelease(
+      sql.reserve.pipe(Effect.mapError(failed("reserve a connection"))),
+      (connection) => connection.execute("SELECT pg_advisory_unlock_all()", [], undefined).pipe(Effect.ignore)
+    ).pipe(Scope.extend(scope))
+    let locks = yield* reserveLocks
+    const onLocks = <A>(text: string, params: ReadonlyArray<unknown>) =>
+      Effect.suspend(() => locks.execute(text, params, undefined) as Effect.Effect<ReadonlyArray<A>, SqlError>)
+
+    const now = yield* Clock.currentTimeMillis
+    const [registered] = yield* run<{ instance_key: number }>(
+      "INSERT INTO instances (instance_id, address, started_at_ms, heartbeat_at_ms) VALUES ($1, $2, $3, $3) RETURNING instance_key",
+      [instanceId, options.address, now]
+    ).pipe(Effect.mapError(failed("register this instance")))
+    const key = registered!.instance_key
+    yield* onLocks("SELECT pg_advisory_lock($1, $2)", [INSTANCE_CLASS, key]).pipe(Effect.mapError(failed("lock this instance's key")))
+    // A stop says so at once: the others need not wait for the lock's connection to close.
+    yield* Effect.addFinalizer(() => run("DELETE FROM instances WHERE instance_key = $1", [key]).pipe(Effect.ignore))
+
+    const oldest = Effect.map(Clock.currentTimeMillis, (at) => at - goneAfterMs)
+    let failing = false
+    /**
+     * The instance's lock, checked on its connection; taken again on a new one when that
+     * connection ended (PostgreSQL restarted, or the others found this instance hung): the
+     * conversations' leases went with it, so for that moment another instance may take one.
+     */
+    const keepLock = Effect.gen(function*() {
+      const held = yield* onLocks<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() AND classid = ${INSTANCE_CLASS} AND objid = $1 AND objsubid = 2`,
+        [key]
+      ).pipe(Effect.map((rows) => (rows[0]?.n ?? 0) > 0), Effect.orElseSucceed(() => false))
+      if (held) return
+      locks = yield* reserveLocks
+      yield* onLocks("SELECT pg_advisory_lock($1, $2)", [INSTANCE_CLASS, key])
+      yield* Effect.logWarning("cluster: this instance's lock connection had ended (the database restarted, or this instance was taken for hung); it holds its lock again")
+    })
+
+    const beat = Effect.gen(function*() {
+      const at = yield* Clock.currentTimeMillis
+      yield* keepLock
+      yield* run("UPDATE instances SET heartbeat_at_ms = $1 WHERE instance_key = $2", [at, key])
+      // A hung instance (heartbeat stopped, connection open): its locks' connection is ended.
+      yield* run(
+        `SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN instances i ON l.objid = i.instance_key
+         WHERE l.locktype = 'advisory' AND l.granted AND l.classid = ${INSTANCE_CLASS} AND l.objsubid = 2 AND i.heartbeat_at_ms <= $1`,
+        [at - goneAfterMs]
+      )
+      yield* run("DELETE FROM request_holders WHERE claimed_at_ms < $1", [at - 86_400_000])
+      yield* run("DELETE FROM instances WHERE heartbeat_at_ms < $1", [at - 3_600_000])
+    }).pipe(
+      // Said once when the beats stop reaching the database and once when they reach it again.
+      Effect.tap(() => failing ? Effect.sync(() => void (failing = false)).pipe(Effect.zipRight(Effect.logInfo("cluster: heartbeat reaches the database again"))) : Effect.void),
+      Effect.catchAll((error) =>
+        failing ? Effect.void : Effect.sync(() => void (failing = true)).pipe(Effect.zipRight(Effect.logWarning(`cluster: heartbeat failed: ${error.message}`)))
+      )
+    )
+    yield* Effect.forkScoped(Effect.repeat(beat, Schedule.spaced(Duration.millis(heartbeatMs))))
+
+    const remote = new Map<string, Route>()
+    const route = (requestId: string): Effect.Effect<Route, ClusterError> =>
+      Effect.suspend(() => {
+        const known = remote.get(requestId)
+        if (known !== undefined) return Effect.succeed(known)
+        return Effect.gen(function*() {
+          const at = yield* Clock.currentTimeMillis
+          const [claim] = yield* run<ClaimRow>(CLAIM, [at - goneAfterMs, requestId, key, at])
+          if (claim?.claimed === key) return claim.previous !== null && claim.previous !== key ? { _tag: "Here", tookOver: true } as const : HERE
+          if (claim?.previous === key) return HERE
+          const [holder] = yield* run<HolderRow>(HOLDER, [at - goneAfterMs, requestId])
+          if (holder === undefined || holder.instance_key === key) return HERE
+          // Held by an instance that went between the two statements: claimed on the next call.
+          if (holder.instance_id === null || holder.address === null) return yield* route(requestId)
+          const there: Route = { _tag: "There", instanceId: holder.instance_id, address: holder.address }
+          if (remote.size >= 10_000) remote.delete(remote.keys().next().value!)
+          remote.set(requestId, there)
+          return there
+        }).pipe(Effect.mapError((error) => error._tag === "ClusterError" ? error : failed("find the request's instance")(error)))
+      })
+
+    const tryLease = (conversationId: string) =>
+      onLocks<{ locked: boolean }>("SELECT pg_try_advisory_lock($1, hashtext($2)) AS locked", [CONVERSATION_CLASS, conversationId]).pipe(
+        Effect.map((rows) => rows[0]?.locked === true)
+      )
+    const lease = (conversationId: string): Effect.Effect<void, never, Scope.Scope> =>
+      Effect.acquireRelease(
+        tryLease(conversationId).pipe(
+          Effect.repeat({ until: (held) => held, schedule: Schedule.spaced(Duration.millis(leasePollMs)) }),
+          Effect.catchAll((error) =>
+            Effect.logWarning(`cluster: conversation ${conversationId} worked without its lease (the database did not answer: ${error.message})`)
+          )
+        ),
+        () =>
+          onLocks("SELECT pg_advisory_unlock($1, hashtext($2))", [CONVERSATION_CLASS, conversationId]).pipe(Effect.ignore)
+      )
+
+    const othersAlive = Effect.flatMap(oldest, (since) =>
+      run<{ n: number }>(`SELECT count(*)::int AS n FROM (${LIVE}) live WHERE live.instance_key <> $2`, [since, key])
+    ).pipe(
+      Effect.map((rows) => (rows[0]?.n ?? 0) > 0),
+      Effect.mapError(failed("list the live instances"))
+    )
+
+    yield* Effect.logInfo(`cluster: instance ${instanceId} (key ${key}) at ${options.address}`)
+    return {
+      instanceId,
+      shared: true,
+      route,
+      forget: (requestId) => void remote.delete(requestId),
+      lease,
+      othersAlive
+    } satisfies ClusterService
+  })
+
+/** The registry on the Store's PostgreSQL database. */
+export const layer = (options: RegistryOptions): Layer.Layer<Cluster, ClusterError, SqlClient.SqlClient> =>
+  Layer.scoped(Cluster, make(options))
+
+/** The registry when `database` is PostgreSQL (instances may share it); alone on a SQLite file. */
+export const layerFor = (database: string, options: RegistryOptions): Layer.Layer<Cluster, ClusterError, SqlClient.SqlClient> =>
+  isPostgresUrl(database) ? layer(options) : layerSolo
