@@ -30,12 +30,15 @@ export interface RegistryOptions {
   readonly leasePollMs?: number
 }
 
+/** Advisory locks are the database's; `pg_locks` lists the whole server's, other databases' instances among them. */
+const THIS_DATABASE = "(SELECT oid FROM pg_database WHERE datname = current_database())"
+
 /** The live instances, as a subquery: heartbeat fresh (`$1` the oldest heartbeat allowed) and lock held. */
 const LIVE = `
   SELECT i.instance_key, i.instance_id, i.address FROM instances i
   WHERE i.heartbeat_at_ms > $1 AND EXISTS (
     SELECT 1 FROM pg_locks l
-    WHERE l.locktype = 'advisory' AND l.granted AND l.classid = ${INSTANCE_CLASS} AND l.objid = i.instance_key AND l.objsubid = 2
+    WHERE l.locktype = 'advisory' AND l.granted AND l.database = ${THIS_DATABASE} AND l.classid = ${INSTANCE_CLASS} AND l.objid = i.instance_key AND l.objsubid = 2
   )`
 
 /**
@@ -110,7 +113,7 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
      */
     const keepLock = Effect.gen(function*() {
       const held = yield* onLocks<{ n: number }>(
-        `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() AND classid = ${INSTANCE_CLASS} AND objid = $1 AND objsubid = 2`,
+        `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() AND database = ${THIS_DATABASE} AND classid = ${INSTANCE_CLASS} AND objid = $1 AND objsubid = 2`,
         [key]
       ).pipe(Effect.map((rows) => (rows[0]?.n ?? 0) > 0), Effect.orElseSucceed(() => false))
       if (held) return
@@ -126,7 +129,7 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
       // A hung instance (heartbeat stopped, connection open): its locks' connection is ended.
       yield* run(
         `SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN instances i ON l.objid = i.instance_key
-         WHERE l.locktype = 'advisory' AND l.granted AND l.classid = ${INSTANCE_CLASS} AND l.objsubid = 2 AND i.heartbeat_at_ms <= $1`,
+         WHERE l.locktype = 'advisory' AND l.granted AND l.database = ${THIS_DATABASE} AND l.classid = ${INSTANCE_CLASS} AND l.objsubid = 2 AND i.heartbeat_at_ms <= $1`,
         [at - goneAfterMs]
       )
       yield* run("DELETE FROM request_holders WHERE claimed_at_ms < $1", [at - 86_400_000])

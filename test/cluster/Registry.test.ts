@@ -57,6 +57,28 @@ describe.skipIf(postgresUrl === undefined)("the instances' registry on PostgreSQ
       yield* b.stop
     }), { timeout: 30_000 })
 
+  it.live("another database's instances on the same server (the same keys) do not keep a stopped one alive", () =>
+    Effect.gen(function*() {
+      const elsewhere = yield* instance(yield* Effect.promise(() => freshDatabase(postgresUrl!, "registry")), "http://127.0.0.1:3333")
+      const database = yield* Effect.promise(() => freshDatabase(postgresUrl!, "registry"))
+      // `a` beats once: its lock, once its connection is ended, is not taken again (as a killed process's).
+      const a = yield* instance(database, "http://127.0.0.1:1111", { heartbeatMs: 3_600_000 })
+      const b = yield* instance(database, "http://127.0.0.1:2222")
+      assert.deepStrictEqual(yield* a.cluster.route("r1"), { _tag: "Here", tookOver: false })
+      // `a` killed: its row stays, its connection (and lock) goes.
+      yield* b.sql.unsafe(
+        `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = ${0x62796f69} AND objid = 1 AND objsubid = 2
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+      )
+      yield* Effect.sleep("200 millis")
+      // `elsewhere` holds the lock of key 1 on its own database, as `a` did on this one.
+      assert.isFalse(yield* b.cluster.othersAlive)
+      assert.deepStrictEqual(yield* b.cluster.route("r1"), { _tag: "Here", tookOver: true })
+      yield* b.stop
+      yield* a.stop
+      yield* elsewhere.stop
+    }), { timeout: 30_000 })
+
   it.live("one instance at a time holds a conversation's lease", () =>
     Effect.gen(function*() {
       const database = yield* Effect.promise(() => freshDatabase(postgresUrl!, "registry"))

@@ -37,14 +37,16 @@ export const start = (upstreams: ReadonlyArray<string>): Promise<Balancer> =>
             log.push(`${request.method} ${request.url} -> ${upstream} ${answer.statusCode}`)
             response.writeHead(answer.statusCode ?? 502, answer.headers)
             answer.pipe(response)
-            response.once("close", () => answer.destroy())
           })
           outgoing.once("error", (error: NodeJS.ErrnoException) => {
             if (response.headersSent) return response.destroy()
             if (error.code === "ECONNREFUSED" && tries + 1 < upstreams.length) return attempt(tries + 1)
             response.writeHead(502).end(String(error.code ?? error.message))
           })
-          request.socket.once("close", () => outgoing.destroy())
+          // The client went away before its answer was written: the upstream's request goes too.
+          response.once("close", () => {
+            if (!response.writableFinished) outgoing.destroy()
+          })
           outgoing.end(body)
         }
         attempt(0)
