@@ -26,8 +26,16 @@ export interface ClusterService {
   readonly instanceId: string
   /** Whether other instances may share the database (PostgreSQL). */
   readonly shared: boolean
+  /** Whether no other instance was alive at the last heartbeat. */
+  readonly alone: () => boolean
   /** Where the session of `requestId` is served: claimed here when no live instance holds it. */
   readonly route: (requestId: string) => Effect.Effect<Route, ClusterError>
+  /** The same for a request that starts a turn of `conversationId`: claimed for the conversation's home (here if it has none alive). */
+  readonly routeTurn: (requestId: string, conversationId: string) => Effect.Effect<Route, ClusterError>
+  /** Where `requestId` is served if a live instance holds it (taken over here from a gone one); undefined: nobody yet. */
+  readonly holderOf: (requestId: string) => Effect.Effect<Route | undefined, ClusterError>
+  /** Makes this instance the home of a conversation it took over (when its home is gone). */
+  readonly adopt: (conversationId: string) => Effect.Effect<void, ClusterError>
   /** Forgets a route to an instance that did not answer (the next `route` asks the database). */
   readonly forget: (requestId: string) => void
   /** Holds `conversationId` for this instance until the scope closes; waits while a live other instance holds it. */
@@ -42,7 +50,11 @@ export class Cluster extends Context.Tag("cursor-byok/Cluster")<Cluster, Cluster
 export const solo: ClusterService = {
   instanceId: "solo",
   shared: false,
+  alone: () => true,
   route: () => Effect.succeed(HERE),
+  routeTurn: () => Effect.succeed(HERE),
+  holderOf: () => Effect.succeed(HERE),
+  adopt: () => Effect.void,
   forget: () => undefined,
   lease: () => Effect.void,
   othersAlive: Effect.succeed(false)

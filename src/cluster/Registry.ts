@@ -56,6 +56,22 @@ const CLAIM = `
   )
   SELECT (SELECT instance_key FROM claimed) AS claimed, (SELECT instance_key FROM previous) AS previous`
 
+/**
+ * The instance serving conversation `$2`: its home when that one is alive, else `$3` from now
+ * (claimed as requests are). Every request that starts a turn of the conversation goes there, so
+ * its turns meet on one instance as they would on a server alone (a new message supersedes the
+ * running turn, the old turn's reader gets its end).
+ */
+const HOME = `
+  WITH live AS (${LIVE}),
+  home AS (
+    INSERT INTO conversation_homes (conversation_id, instance_key, claimed_at_ms) VALUES ($2, $3, $4)
+    ON CONFLICT (conversation_id) DO UPDATE SET instance_key = EXCLUDED.instance_key, claimed_at_ms = EXCLUDED.claimed_at_ms
+    WHERE conversation_homes.instance_key NOT IN (SELECT instance_key FROM live)
+    RETURNING instance_key
+  )
+  SELECT COALESCE((SELECT instance_key FROM home), (SELECT instance_key FROM conversation_homes WHERE conversation_id = $2)) AS home`
+
 const HOLDER = `
   WITH live AS (${LIVE})
   SELECT h.instance_key, live.instance_id, live.address FROM request_holders h
@@ -106,6 +122,8 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
 
     const oldest = Effect.map(Clock.currentTimeMillis, (at) => at - goneAfterMs)
     let failing = false
+    // The other live instances at the last heartbeat (none: a reader claims its request at once).
+    let others = 0
     /**
      * The instance's lock, checked on its connection; taken again on a new one when that
      * connection ended (PostgreSQL restarted, or the others found this instance hung): the
@@ -132,7 +150,10 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
          WHERE l.locktype = 'advisory' AND l.granted AND l.database = ${THIS_DATABASE} AND l.classid = ${INSTANCE_CLASS} AND l.objsubid = 2 AND i.heartbeat_at_ms <= $1`,
         [at - goneAfterMs]
       )
+      const [alive] = yield* run<{ n: number }>(`SELECT count(*)::int AS n FROM (${LIVE}) live WHERE live.instance_key <> $2`, [at - goneAfterMs, key])
+      others = alive?.n ?? 0
       yield* run("DELETE FROM request_holders WHERE claimed_at_ms < $1", [at - 86_400_000])
+      yield* run("DELETE FROM conversation_homes WHERE instance_key NOT IN (SELECT instance_key FROM instances)", [])
       yield* run("DELETE FROM instances WHERE heartbeat_at_ms < $1", [at - 3_600_000])
     }).pipe(
       // Said once when the beats stop reaching the database and once when they reach it again.
@@ -144,25 +165,62 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
     yield* Effect.forkScoped(Effect.repeat(beat, Schedule.spaced(Duration.millis(heartbeatMs))))
 
     const remote = new Map<string, Route>()
+    const remember = (requestId: string, there: Route) => {
+      if (remote.size >= 10_000) remote.delete(remote.keys().next().value!)
+      remote.set(requestId, there)
+      return there
+    }
+
+    /** Where `requestId` is served, once claimed for `forKey` unless a live instance holds it. */
+    const claimFor = (requestId: string, forKey: number): Effect.Effect<Route, SqlError> =>
+      Effect.gen(function*() {
+        const at = yield* Clock.currentTimeMillis
+        const [claim] = yield* run<ClaimRow>(CLAIM, [at - goneAfterMs, requestId, forKey, at])
+        if (claim?.claimed === key) return claim.previous !== null && claim.previous !== key ? { _tag: "Here", tookOver: true } as const : HERE
+        if (claim?.claimed == null && claim?.previous === key) return HERE
+        const [holder] = yield* run<HolderRow>(HOLDER, [at - goneAfterMs, requestId])
+        if (holder === undefined || holder.instance_key === key) return HERE
+        // Held by an instance that went between the two statements: claimed here.
+        if (holder.instance_id === null || holder.address === null) return yield* claimFor(requestId, key)
+        return remember(requestId, { _tag: "There", instanceId: holder.instance_id, address: holder.address })
+      })
+
+    const asClusterError = (what: string) => (error: SqlError | ClusterError) => error._tag === "ClusterError" ? error : failed(what)(error)
+
     const route = (requestId: string): Effect.Effect<Route, ClusterError> =>
+      Effect.suspend(() => remote.get(requestId) !== undefined ? Effect.succeed(remote.get(requestId)!) : claimFor(requestId, key)).pipe(
+        Effect.mapError(asClusterError("find the request's instance"))
+      )
+
+    /** The conversation's live home, or this instance from now. */
+    const homeOf = (conversationId: string): Effect.Effect<number, SqlError> =>
+      Effect.gen(function*() {
+        const at = yield* Clock.currentTimeMillis
+        const [row] = yield* run<{ home: number | null }>(HOME, [at - goneAfterMs, conversationId, key, at])
+        return row?.home ?? key
+      })
+
+    const routeTurn = (requestId: string, conversationId: string): Effect.Effect<Route, ClusterError> =>
       Effect.suspend(() => {
         const known = remote.get(requestId)
         if (known !== undefined) return Effect.succeed(known)
-        return Effect.gen(function*() {
-          const at = yield* Clock.currentTimeMillis
-          const [claim] = yield* run<ClaimRow>(CLAIM, [at - goneAfterMs, requestId, key, at])
-          if (claim?.claimed === key) return claim.previous !== null && claim.previous !== key ? { _tag: "Here", tookOver: true } as const : HERE
-          if (claim?.previous === key) return HERE
-          const [holder] = yield* run<HolderRow>(HOLDER, [at - goneAfterMs, requestId])
-          if (holder === undefined || holder.instance_key === key) return HERE
-          // Held by an instance that went between the two statements: claimed on the next call.
-          if (holder.instance_id === null || holder.address === null) return yield* route(requestId)
-          const there: Route = { _tag: "There", instanceId: holder.instance_id, address: holder.address }
-          if (remote.size >= 10_000) remote.delete(remote.keys().next().value!)
-          remote.set(requestId, there)
-          return there
-        }).pipe(Effect.mapError((error) => error._tag === "ClusterError" ? error : failed("find the request's instance")(error)))
-      })
+        return Effect.flatMap(homeOf(conversationId), (home) => claimFor(requestId, home))
+      }).pipe(Effect.mapError(asClusterError("find the conversation's instance")))
+
+    const holderOf = (requestId: string): Effect.Effect<Route | undefined, ClusterError> =>
+      Effect.gen(function*() {
+        const known = remote.get(requestId)
+        if (known !== undefined) return known
+        const at = yield* Clock.currentTimeMillis
+        const [holder] = yield* run<HolderRow>(HOLDER, [at - goneAfterMs, requestId])
+        if (holder === undefined) return undefined
+        if (holder.instance_key === key) return HERE
+        // Held by an instance that is gone: taken over here.
+        if (holder.instance_id === null || holder.address === null) return yield* claimFor(requestId, key)
+        return remember(requestId, { _tag: "There", instanceId: holder.instance_id, address: holder.address })
+      }).pipe(Effect.mapError(asClusterError("find the request's instance")))
+
+    const adopt = (conversationId: string) => homeOf(conversationId).pipe(Effect.asVoid, Effect.mapError(failed("adopt the conversation")))
 
     const tryLease = (conversationId: string) =>
       onLocks<{ locked: boolean }>("SELECT pg_try_advisory_lock($1, hashtext($2)) AS locked", [CONVERSATION_CLASS, conversationId]).pipe(
@@ -191,7 +249,12 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
     return {
       instanceId,
       shared: true,
+      // Not before two beats have looked: instances started together would each think themselves alone.
+      alone: () => others === 0 && Date.now() - now > 2 * heartbeatMs,
       route,
+      routeTurn,
+      holderOf,
+      adopt,
       forget: (requestId) => void remote.delete(requestId),
       lease,
       othersAlive

@@ -200,9 +200,21 @@ const instances = Effect.gen(function*() {
   yield* sql`CREATE INDEX request_holders_claimed ON request_holders (claimed_at_ms)`
 })
 
+/** Which instance each conversation's requests are served by while it lives (`cluster/Registry.ts`). */
+const homes = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE conversation_homes (
+      conversation_id TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+      instance_key INTEGER NOT NULL,
+      claimed_at_ms BIGINT NOT NULL
+    )`
+})
+
 /** Keyed `<id>_<name>` as the migrator expects; applied in id order, each once. */
 export const pgMigrations = {
   "0001_schema": schema,
   "0002_users": users,
-  "0003_instances": instances
+  "0003_instances": instances,
+  "0004_homes": homes
 }

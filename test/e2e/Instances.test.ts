@@ -19,7 +19,7 @@ import * as ChildServer from "../support/ChildServer.js"
 import { LocalWorkspace } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
 import { connect, freshDatabase } from "../support/Postgres.js"
-import { assertCleanOk, clientFor, shape, tempDirectory } from "../support/Transcripts.js"
+import { assertCleanOk, clientFor, endCode, shape, tempDirectory } from "../support/Transcripts.js"
 
 const postgresUrl = inject("postgresUrl")
 
@@ -150,29 +150,38 @@ describe.skipIf(postgresUrl === undefined)("several instances on one PostgreSQL 
       assert.strictEqual(provider.requests[1]!.body, provider.requests[0]!.body)
     }), { timeout: 90_000 })
 
-  it.scopedLive("inputs of one conversation on two instances at once: one model stream at a time, each input once", () =>
+  it.scopedLive("a new message of a chat on the other instance while its turn streams: superseded as on one instance, one model stream at a time", () =>
     Effect.gen(function*() {
       const { a, b, provider } = yield* twoInstances
+      const { chunk } = FakeProvider.openAiChat
+      // A slow answer that never ends unless the server aborts it, then the second turn's.
       provider.enqueue(
-        FakeProvider.sse(FakeProvider.openAiChat.pacedText(["one ", "two ", "three"], 300)),
-        FakeProvider.sse(FakeProvider.openAiChat.text("second answer"))
+        FakeProvider.sse([chunk({ role: "assistant", content: "" }), { delayMs: 20 }, chunk({ content: "Partial " }), { delayMs: 20 }, chunk({ content: "answer" })], { end: "stall" }),
+        FakeProvider.sse(FakeProvider.openAiChat.text("Second answer"))
       )
       const onA = yield* clientFor(a, { turnTimeoutMs: 30_000 })
       const onB = yield* clientFor(b, { turnTimeoutMs: 30_000 })
-      const first = onA.turn({ conversationId: "conv-both", text: "first" })
-      yield* Effect.promise(() => first.waitFor((f) => f.event.kind === "text_delta", 20_000))
-      const second = yield* Effect.promise(() => onB.run({ conversationId: "conv-both", text: "second" }))
+      const first = onA.turn({ conversationId: "conv-both", text: "first question" })
+      yield* Effect.promise(() =>
+        first.waitFor(() => first.frames.filter((f) => f.event.kind === "text_delta").map((f) => (f.event as { text: string }).text).join("") === "Partial answer", 20_000)
+      )
+      // The next message, as a new request on the same chat, sent to the other instance.
+      const second = yield* Effect.promise(() => onB.run({ conversationId: "conv-both", text: "second question" }))
       const firstDone = yield* Effect.promise(() => first.done)
       const diagnostics = `\nA:\n${a.stdout()}\nB:\n${b.stdout()}`
-      assertCleanOk(firstDone)
       assertCleanOk(second)
-      assert.strictEqual(provider.peakOpen(), 1, diagnostics)
+      assert.strictEqual(second.text, "Second answer")
       assert.strictEqual(provider.requests.length, 2)
-      // B's turn was worked on the state A committed: the first exchange, then the second input, once each.
+      assert.strictEqual(provider.peakOpen(), 1, diagnostics)
+      // The second call's history: the first question, the first turn's partial answer, the second question.
       assert.deepStrictEqual(bodyOf(provider, 1).messages.slice(1).map((m) => [m["role"], m["content"]]), [
-        ["user", "first"],
-        ["assistant", "one two three"],
-        ["user", "second"]
+        ["user", "first question"],
+        ["assistant", "Partial answer"],
+        ["user", "second question"]
       ])
+      // The old turn's stream ended canceled, as on one instance, its partial answer kept.
+      assert.deepStrictEqual(firstDone.problems, [], diagnostics)
+      assert.strictEqual(endCode(firstDone), "canceled", diagnostics)
+      assert.strictEqual(firstDone.text, "Partial answer")
     }), { timeout: 90_000 })
 })

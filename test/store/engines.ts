@@ -56,7 +56,7 @@ export const postgres: Engine | undefined = postgresUrl === undefined ? undefine
   database: newPgDatabase(postgresUrl),
   withSql: pgWithSql,
   fresh: Layer.unwrapEffect(Effect.map(newPgDatabase(postgresUrl), pgWithSql)),
-  migrationIds: [1, 2, 3],
+  migrationIds: [1, 2, 3, 4],
   dropHistoryGuards: (sql) => sql`DROP TRIGGER messages_no_change ON messages`,
   // Triggers (foreign keys' among them) are off for this transaction's connection alone.
   withoutForeignKeys: (sql, damage) => sql.withTransaction(Effect.zipRight(sql`SET LOCAL session_replication_role = replica`, damage))
