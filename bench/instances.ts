@@ -19,25 +19,12 @@ import { loadAverage, median, percentile, spread } from "./support/stats.js"
 import { concurrently, serverStream } from "./support/streams.js"
 import * as Balancer from "../test/support/Balancer.js"
 import { CursorClient } from "../test/support/CursorClient.js"
-import { connect, findPgBin, freePort, freshDatabase, startCluster } from "../test/support/Postgres.js"
+import { findPgBin, freePort, freshDatabase, startCluster } from "../test/support/Postgres.js"
+import { holderAddress } from "../test/support/Registry.js"
 
 const startOn = async (providerBaseUrl: string, database: string): Promise<ServerChild> => {
   const port = await freePort()
   return startServer(providerBaseUrl, { database, env: { BENCH_PORT: String(port) } })
-}
-
-/** The base URL of the instance holding `requestId`, from the registry. */
-const holderOf = async (database: string, requestId: string): Promise<string | undefined> => {
-  const client = await connect(database)
-  try {
-    const result = await client.query(
-      "SELECT i.address FROM request_holders h JOIN instances i ON i.instance_key = h.instance_key WHERE h.request_id = $1",
-      [requestId]
-    )
-    return (result.rows[0] as { address: string } | undefined)?.address
-  } finally {
-    await client.end()
-  }
 }
 
 export const run = async (options: { readonly runs?: number } = {}) => {
@@ -106,7 +93,7 @@ const failover = async (provider: Provider.StampedProvider, adminUrl: string, id
     const requestId = `req-${id}`
     const turn = client.turn({ conversationId: `conv-${id}`, requestId, text: `Please answer. ${Provider.marker(id, 200, 20, 20)}`, model: "bench-model" })
     await turn.waitFor((frame) => frame.event.kind === "text_delta", 20_000)
-    const holder = await holderOf(database, requestId)
+    const holder = await holderAddress(database, requestId)
     const dead = pair.find((server) => server.baseUrl === holder)
     if (dead === undefined) throw new Error(`no instance holds ${requestId} (${holder})`)
     turn.disconnect()

@@ -21,6 +21,7 @@
  */
 import { Chunk, Context, Deferred, Effect, Exit, FiberMap, Layer, Mailbox, Option, Stream } from "effect"
 import { Cluster, solo } from "./Cluster.js"
+import type { ClusterService } from "./Cluster.js"
 import { Llm } from "./Llm.js"
 import type { Message } from "./Llm.js"
 import { initialRuntime, makeTransition } from "./Loop.js"
@@ -33,7 +34,7 @@ import type { Actor, ActorState, RecoveryOutcome, RunnerEnv } from "./runner/Act
 import { ClientGateway } from "./runner/ClientGateway.js"
 import type { StartedTurn } from "./runner/ClientGateway.js"
 import { currentTurn, findStartedTurn, historyOf, holdsHistory, isCommitted } from "./runner/Lookup.js"
-import { recover, resume } from "./runner/Recovery.js"
+import { recover, recoverOne, resume } from "./runner/Recovery.js"
 import type { RunnerOptions } from "./runner/Options.js"
 import { step, stepStream } from "./runner/Step.js"
 import { Store } from "./Store.js"
@@ -129,6 +130,10 @@ const stateCache = (store: Context.Tag.Service<Store>, size: number, shared: boo
   return { load, remember }
 }
 
+/** `work` under the conversation's lease among instances, when there are others. */
+const leased = <A, E, R>(cluster: ClusterService, conversationId: string, work: Effect.Effect<A, E, R>) =>
+  cluster.shared ? Effect.scoped(Effect.zipRight(cluster.lease(conversationId), work)) : work
+
 export const make = (options: RunnerOptions) =>
   Effect.gen(function*() {
     const store = yield* Store
@@ -209,9 +214,7 @@ export const make = (options: RunnerOptions) =>
 
     // The keyed lock within this instance; with other instances, the conversation's lease among them too, for the actor's life.
     const runActor = (actor: Actor) =>
-      locks.withLock(actor.conversationId)(
-        cluster.shared ? Effect.scoped(Effect.zipRight(cluster.lease(actor.conversationId), work(actor))) : work(actor)
-      ).pipe(
+      locks.withLock(actor.conversationId)(leased(cluster, actor.conversationId, work(actor))).pipe(
         Effect.catchAllCause((cause) => Effect.logError("runner: conversation actor stopped", cause)),
         Effect.ensuring(Effect.sync(() => {
           if (actors.get(actor.conversationId) === actor) actors.delete(actor.conversationId)
@@ -262,13 +265,6 @@ export const make = (options: RunnerOptions) =>
     const submitNotifying = (conversationId: string, input: Input, inputId: string, applied: () => void) =>
       deliver(conversationId, Envelope.Apply({ input, inputId, applied }))
 
-    const recoverConversation = (conversationId: string) =>
-      Effect.gen(function*() {
-        const reply = yield* Deferred.make<RecoveryOutcome>()
-        yield* deliver(conversationId, Envelope.Resume({ reply }))
-        return yield* Deferred.await(reply)
-      })
-
     const awaitIdle = (conversationId: string): Effect.Effect<void> =>
       Effect.suspend(() => {
         const actor = actors.get(conversationId)
@@ -284,7 +280,7 @@ export const make = (options: RunnerOptions) =>
       holdsHistory: holdsHistory(env),
       isCommitted: isCommitted(env),
       recover: recover(env),
-      recoverConversation,
+      recoverConversation: recoverOne(env),
       awaitIdle
     })
   })

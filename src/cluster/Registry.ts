@@ -91,6 +91,92 @@ interface HolderRow {
 const failed = (what: string) => (cause: SqlError) =>
   new ClusterError({ message: `the instances' registry could not ${what}: ${cause.message}`, cause })
 
+type Run = <A extends object>(text: string, params: ReadonlyArray<unknown>) => Effect.Effect<ReadonlyArray<A>, SqlError>
+
+const asClusterError = (what: string) => (error: SqlError | ClusterError) => error._tag === "ClusterError" ? error : failed(what)(error)
+
+/** Where requests are served, for the instance `key`: claims, homes and the routes it found to others (kept until forgotten). */
+const routesOf = (run: Run, key: number, goneAfterMs: number) => {
+  const remote = new Map<string, Route>()
+  const remember = (requestId: string, there: Route) => {
+    if (remote.size >= 10_000) remote.delete(remote.keys().next().value!)
+    remote.set(requestId, there)
+    return there
+  }
+
+  /** Where `requestId` is served, once claimed for `forKey` unless a live instance holds it. */
+  const claimFor = (requestId: string, forKey: number): Effect.Effect<Route, SqlError> =>
+    Effect.gen(function*() {
+      const at = yield* Clock.currentTimeMillis
+      const [claim] = yield* run<ClaimRow>(CLAIM, [at - goneAfterMs, requestId, forKey, at])
+      if (claim?.claimed === key) return claim.previous !== null && claim.previous !== key ? { _tag: "Here", tookOver: true } as const : HERE
+      if (claim?.claimed == null && claim?.previous === key) return HERE
+      const [holder] = yield* run<HolderRow>(HOLDER, [at - goneAfterMs, requestId])
+      if (holder === undefined || holder.instance_key === key) return HERE
+      // Held by an instance that went between the two statements: claimed here.
+      if (holder.instance_id === null || holder.address === null) return yield* claimFor(requestId, key)
+      return remember(requestId, { _tag: "There", instanceId: holder.instance_id, address: holder.address })
+    })
+
+  const route = (requestId: string): Effect.Effect<Route, ClusterError> =>
+    Effect.suspend(() => remote.get(requestId) !== undefined ? Effect.succeed(remote.get(requestId)!) : claimFor(requestId, key)).pipe(
+      Effect.mapError(asClusterError("find the request's instance"))
+    )
+
+  /** The conversation's live home, or this instance from now. */
+  const homeOf = (conversationId: string): Effect.Effect<number, SqlError> =>
+    Effect.gen(function*() {
+      const at = yield* Clock.currentTimeMillis
+      const [row] = yield* run<{ home: number | null }>(HOME, [at - goneAfterMs, conversationId, key, at])
+      return row?.home ?? key
+    })
+
+  const routeTurn = (requestId: string, conversationId: string): Effect.Effect<Route, ClusterError> =>
+    Effect.suspend(() => {
+      const known = remote.get(requestId)
+      if (known !== undefined) return Effect.succeed(known)
+      return Effect.flatMap(homeOf(conversationId), (home) => claimFor(requestId, home))
+    }).pipe(Effect.mapError(asClusterError("find the conversation's instance")))
+
+  const holderOf = (requestId: string): Effect.Effect<Route | undefined, ClusterError> =>
+    Effect.gen(function*() {
+      const known = remote.get(requestId)
+      if (known !== undefined) return known
+      const at = yield* Clock.currentTimeMillis
+      const [holder] = yield* run<HolderRow>(HOLDER, [at - goneAfterMs, requestId])
+      if (holder === undefined) return undefined
+      if (holder.instance_key === key) return HERE
+      // Held by an instance that is gone: taken over here.
+      if (holder.instance_id === null || holder.address === null) return yield* claimFor(requestId, key)
+      return remember(requestId, { _tag: "There", instanceId: holder.instance_id, address: holder.address })
+    }).pipe(Effect.mapError(asClusterError("find the request's instance")))
+
+  const adopt = (conversationId: string) => homeOf(conversationId).pipe(Effect.asVoid, Effect.mapError(failed("adopt the conversation")))
+
+  return { route, routeTurn, holderOf, adopt, forget: (requestId: string) => void remote.delete(requestId) }
+}
+
+/** A conversation's lease on the locks' connection: taken when free (asked every `pollMs`), given back with the scope. */
+const leaseOf = (onLocks: <A>(text: string, params: ReadonlyArray<unknown>) => Effect.Effect<ReadonlyArray<A>, SqlError>, pollMs: number) => {
+  const tryLease = (conversationId: string) =>
+    onLocks<{ locked: boolean }>("SELECT pg_try_advisory_lock($1, hashtext($2)) AS locked", [CONVERSATION_CLASS, conversationId]).pipe(
+      Effect.map((rows) => rows[0]?.locked === true)
+    )
+  const lease = (conversationId: string): Effect.Effect<void, never, Scope.Scope> =>
+    Effect.acquireRelease(
+      tryLease(conversationId).pipe(
+        Effect.repeat({ until: (held) => held, schedule: Schedule.spaced(Duration.millis(pollMs)) }),
+        Effect.catchAll((error) =>
+          Effect.logWarning(`cluster: conversation ${conversationId} worked without its lease (the database did not answer: ${error.message})`)
+        )
+      ),
+      () =>
+        onLocks("SELECT pg_advisory_unlock($1, hashtext($2))", [CONVERSATION_CLASS, conversationId]).pipe(Effect.ignore)
+    )
+
+  return lease
+}
+
 export const make = (options: RegistryOptions): Effect.Effect<ClusterService, ClusterError, SqlClient.SqlClient | Scope.Scope> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -98,7 +184,7 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
     const goneAfterMs = options.goneAfterMs ?? 5000
     const leasePollMs = options.leasePollMs ?? 25
     const instanceId = crypto.randomUUID()
-    const run = <A extends object>(text: string, params: ReadonlyArray<unknown>) => sql.unsafe<A>(text, params as Array<never>)
+    const run: Run = <A extends object>(text: string, params: ReadonlyArray<unknown>) => sql.unsafe<A>(text, params as Array<never>)
 
     // The locks' connection: held for the instance's life (taken again if it ends), its locks freed before it goes back to the pool.
     const scope = yield* Effect.scope
@@ -164,79 +250,8 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
     )
     yield* Effect.forkScoped(Effect.repeat(beat, Schedule.spaced(Duration.millis(heartbeatMs))))
 
-    const remote = new Map<string, Route>()
-    const remember = (requestId: string, there: Route) => {
-      if (remote.size >= 10_000) remote.delete(remote.keys().next().value!)
-      remote.set(requestId, there)
-      return there
-    }
-
-    /** Where `requestId` is served, once claimed for `forKey` unless a live instance holds it. */
-    const claimFor = (requestId: string, forKey: number): Effect.Effect<Route, SqlError> =>
-      Effect.gen(function*() {
-        const at = yield* Clock.currentTimeMillis
-        const [claim] = yield* run<ClaimRow>(CLAIM, [at - goneAfterMs, requestId, forKey, at])
-        if (claim?.claimed === key) return claim.previous !== null && claim.previous !== key ? { _tag: "Here", tookOver: true } as const : HERE
-        if (claim?.claimed == null && claim?.previous === key) return HERE
-        const [holder] = yield* run<HolderRow>(HOLDER, [at - goneAfterMs, requestId])
-        if (holder === undefined || holder.instance_key === key) return HERE
-        // Held by an instance that went between the two statements: claimed here.
-        if (holder.instance_id === null || holder.address === null) return yield* claimFor(requestId, key)
-        return remember(requestId, { _tag: "There", instanceId: holder.instance_id, address: holder.address })
-      })
-
-    const asClusterError = (what: string) => (error: SqlError | ClusterError) => error._tag === "ClusterError" ? error : failed(what)(error)
-
-    const route = (requestId: string): Effect.Effect<Route, ClusterError> =>
-      Effect.suspend(() => remote.get(requestId) !== undefined ? Effect.succeed(remote.get(requestId)!) : claimFor(requestId, key)).pipe(
-        Effect.mapError(asClusterError("find the request's instance"))
-      )
-
-    /** The conversation's live home, or this instance from now. */
-    const homeOf = (conversationId: string): Effect.Effect<number, SqlError> =>
-      Effect.gen(function*() {
-        const at = yield* Clock.currentTimeMillis
-        const [row] = yield* run<{ home: number | null }>(HOME, [at - goneAfterMs, conversationId, key, at])
-        return row?.home ?? key
-      })
-
-    const routeTurn = (requestId: string, conversationId: string): Effect.Effect<Route, ClusterError> =>
-      Effect.suspend(() => {
-        const known = remote.get(requestId)
-        if (known !== undefined) return Effect.succeed(known)
-        return Effect.flatMap(homeOf(conversationId), (home) => claimFor(requestId, home))
-      }).pipe(Effect.mapError(asClusterError("find the conversation's instance")))
-
-    const holderOf = (requestId: string): Effect.Effect<Route | undefined, ClusterError> =>
-      Effect.gen(function*() {
-        const known = remote.get(requestId)
-        if (known !== undefined) return known
-        const at = yield* Clock.currentTimeMillis
-        const [holder] = yield* run<HolderRow>(HOLDER, [at - goneAfterMs, requestId])
-        if (holder === undefined) return undefined
-        if (holder.instance_key === key) return HERE
-        // Held by an instance that is gone: taken over here.
-        if (holder.instance_id === null || holder.address === null) return yield* claimFor(requestId, key)
-        return remember(requestId, { _tag: "There", instanceId: holder.instance_id, address: holder.address })
-      }).pipe(Effect.mapError(asClusterError("find the request's instance")))
-
-    const adopt = (conversationId: string) => homeOf(conversationId).pipe(Effect.asVoid, Effect.mapError(failed("adopt the conversation")))
-
-    const tryLease = (conversationId: string) =>
-      onLocks<{ locked: boolean }>("SELECT pg_try_advisory_lock($1, hashtext($2)) AS locked", [CONVERSATION_CLASS, conversationId]).pipe(
-        Effect.map((rows) => rows[0]?.locked === true)
-      )
-    const lease = (conversationId: string): Effect.Effect<void, never, Scope.Scope> =>
-      Effect.acquireRelease(
-        tryLease(conversationId).pipe(
-          Effect.repeat({ until: (held) => held, schedule: Schedule.spaced(Duration.millis(leasePollMs)) }),
-          Effect.catchAll((error) =>
-            Effect.logWarning(`cluster: conversation ${conversationId} worked without its lease (the database did not answer: ${error.message})`)
-          )
-        ),
-        () =>
-          onLocks("SELECT pg_advisory_unlock($1, hashtext($2))", [CONVERSATION_CLASS, conversationId]).pipe(Effect.ignore)
-      )
+    const { adopt, forget, holderOf, route, routeTurn } = routesOf(run, key, goneAfterMs)
+    const lease = leaseOf(onLocks, leasePollMs)
 
     const othersAlive = Effect.flatMap(oldest, (since) =>
       run<{ n: number }>(`SELECT count(*)::int AS n FROM (${LIVE}) live WHERE live.instance_key <> $2`, [since, key])
@@ -255,7 +270,7 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
       routeTurn,
       holderOf,
       adopt,
-      forget: (requestId) => void remote.delete(requestId),
+      forget,
       lease,
       othersAlive
     } satisfies ClusterService

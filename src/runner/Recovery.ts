@@ -64,8 +64,16 @@ export const resume = (env: RunnerEnv, actor: Actor, acc: ActorState) =>
     return "none" as const
   }).pipe(Effect.catchAll((error) => Effect.logError("runner: recovery failed", error).pipe(Effect.as("none" as const))))
 
+/** One conversation's actor resumes what its committed state says is in flight; what it did. */
+export const recoverOne = (env: RunnerEnv) => (conversationId: string) =>
+  Effect.gen(function*() {
+    const reply = yield* Deferred.make<RecoveryOutcome>()
+    yield* env.deliver(conversationId, Envelope.Resume({ reply }))
+    return yield* Deferred.await(reply)
+  })
+
 export const recover = (env: RunnerEnv) => Effect.gen(function*() {
-  const { deliver, store } = env
+  const { store } = env
   const inFlight = yield* store.listInFlight().pipe(Effect.orDie)
   const conversations = new Set<string>([
     ...inFlight.llmCalls.map((call) => call.conversationId),
@@ -73,9 +81,7 @@ export const recover = (env: RunnerEnv) => Effect.gen(function*() {
   ])
   const report = { conversations: conversations.size, llmCallsReissued: 0, operationsResent: 0, operationsInterrupted: 0 }
   for (const conversationId of conversations) {
-    const reply = yield* Deferred.make<RecoveryOutcome>()
-    yield* deliver(conversationId, Envelope.Resume({ reply }))
-    const value = yield* Deferred.await(reply)
+    const value = yield* recoverOne(env)(conversationId)
     if (value === "reissued") report.llmCallsReissued++
     if (value === "resent") report.operationsResent++
     if (value === "interrupted") report.operationsInterrupted++

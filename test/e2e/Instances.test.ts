@@ -18,7 +18,8 @@ import * as Balancer from "../support/Balancer.js"
 import * as ChildServer from "../support/ChildServer.js"
 import { LocalWorkspace } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
-import { connect, freshDatabase } from "../support/Postgres.js"
+import { freshDatabase } from "../support/Postgres.js"
+import { holderAddress } from "../support/Registry.js"
 import { assertCleanOk, clientFor, endCode, shape, tempDirectory } from "../support/Transcripts.js"
 
 const postgresUrl = inject("postgresUrl")
@@ -36,21 +37,6 @@ const twoInstances = Effect.gen(function*() {
   const [a, b] = yield* Effect.all([start(), start()], { concurrency: 2 })
   return { provider, database, a, b }
 })
-
-/** The instance (its base URL) that holds `requestId`, from the registry. */
-const holderOf = (database: string, requestId: string) =>
-  Effect.promise(async () => {
-    const client = await connect(database)
-    try {
-      const result = await client.query(
-        "SELECT i.address FROM request_holders h JOIN instances i ON i.instance_key = h.instance_key WHERE h.request_id = $1",
-        [requestId]
-      )
-      return (result.rows[0] as { address: string } | undefined)?.address
-    } finally {
-      await client.end()
-    }
-  })
 
 const bodyOf = (provider: FakeProvider.FakeProvider, index: number): ChatBody => JSON.parse(provider.requests[index]!.body) as ChatBody
 
@@ -98,7 +84,7 @@ describe.skipIf(postgresUrl === undefined)("several instances on one PostgreSQL 
       const client = yield* clientFor(balancer, { turnTimeoutMs: 40_000, delivery: { _tag: "sequential" } })
       const turn = client.turn({ conversationId: "conv-failover", requestId: "req-failover", messageId: "msg-failover", text: "tell me everything" })
       yield* Effect.promise(() => turn.waitFor((f) => f.event.kind === "text_delta", 20_000))
-      const holder = yield* holderOf(database, "req-failover")
+      const holder = yield* Effect.promise(() => holderAddress(database, "req-failover"))
       const [dead, alive] = holder === new URL(a.baseUrl).origin ? [a, b] : [b, a]
       assert.strictEqual(holder, new URL(dead.baseUrl).origin)
       turn.disconnect()
@@ -116,7 +102,7 @@ describe.skipIf(postgresUrl === undefined)("several instances on one PostgreSQL 
       assert.strictEqual(provider.requests.length, 2, diagnostics)
       assert.strictEqual(provider.requests[1]!.body, provider.requests[0]!.body)
       assert.include(alive.stdout(), "took over req-failover", diagnostics)
-      assert.strictEqual(yield* holderOf(database, "req-failover"), new URL(alive.baseUrl).origin)
+      assert.strictEqual(yield* Effect.promise(() => holderAddress(database, "req-failover")), new URL(alive.baseUrl).origin)
       // The conversation goes on there.
       provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.text("and more")))
       const next = yield* Effect.promise(() => client.run({ conversationId: "conv-failover", text: "go on", conversationState: transcript.checkpoints[0]! }))
