@@ -24,14 +24,18 @@
  *
  * - `GET /console/users`: a team's users, their models, limits and spend today and this month
  *   (`console/UsersPage.ts`).
+ * - `GET /console/me`: a user's own page on a team's server, opened with their token (the only
+ *   page the door lets a user's token open): their limits, spend and conversations
+ *   (`console/MePage.ts`).
  * - `GET /console/tab`: Tab (Cursor's completions from the user's FIM model): on or off, the model,
  *   provider and FIM wire it answers from, and per model its requests, calls, time to the first
  *   suggestion, tokens, cost and acceptance rate since the server started (`console/TabPage.ts`).
  *
  * Only GET routes, and nothing here writes. Who may read is `console/Access.ts` (a non-loopback
- * host requires the configured token). No page shows a key: of the configuration only model and
- * provider ids, wire APIs and base URLs are rendered, and each response is redacted of the
- * configuration's secrets besides (`internal/Secrets.ts`).
+ * host requires the configured token; a user's own page goes by the door's caller). No page
+ * shows a key: of the configuration only model and provider ids, wire APIs and base URLs are
+ * rendered, and each response is redacted of the configuration's secrets besides
+ * (`internal/Secrets.ts`).
  */
 import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
@@ -49,11 +53,14 @@ import { rangeOf } from "./console/Charts.js"
 import * as Data from "./console/Data.js"
 import * as Pages from "./console/Pages.js"
 import * as TabPage from "./console/TabPage.js"
+import * as MePage from "./console/MePage.js"
 import * as UsersPage from "./console/UsersPage.js"
-import { Users } from "./Users.js"
+import { LOCAL, Users } from "./Users.js"
 import { redact } from "./internal/Secrets.js"
 import { Store } from "./Store.js"
 import { Tab } from "./tab/Service.js"
+import { callerOf } from "./transport/Door.js"
+import { USER_PAGE_PATH } from "./transport/Policy.js"
 import { Sessions } from "./transport/Sessions.js"
 
 const SECURITY_HEADERS = {
@@ -92,35 +99,42 @@ const htmlResponse = (context: Pick<RequestContext, "config" | "nonce">, body: s
     headers: { ...SECURITY_HEADERS, "content-security-policy": csp(context.nonce) }
   })
 
+type Handler<E, R> = (context: RequestContext) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
+
+const accessRequestOf = (request: HttpServerRequest.HttpServerRequest, params: URLSearchParams): Access.AccessRequest => ({
+  remoteAddress: Option.getOrUndefined(request.remoteAddress),
+  hostHeader: request.headers["host"],
+  authorization: request.headers["authorization"],
+  tokenHeader: request.headers["x-byok-token"],
+  queryToken: params.get("token") ?? undefined
+})
+
+/** Runs `handle` for an allowed request; a failure (the store could not be read) is answered with a message page. */
+const answered = <E, R>(context: RequestContext, handle: Handler<E, R>) =>
+  handle(context).pipe(
+    Effect.catchAll((error) =>
+      Effect.gen(function*() {
+        yield* Effect.logWarning("console: a page failed", error)
+        const message = error instanceof Error ? error.message : String(error)
+        return htmlResponse(context, Pages.messagePage("Error", `The console could not read the store: ${message}`, context.links, context.nonce), 500)
+      })
+    )
+  )
+
 /** Runs `handle` for a request the access rule lets through; answers the refusal otherwise. */
-const guarded = <E, R>(live: Services["live"], handle: (context: RequestContext) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
+const guarded = <E, R>(live: Services["live"], handle: Handler<E, R>) =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const config = live.current()
     const params = new URL(request.url, "http://console.invalid").searchParams
-    const access = Access.decide({ host: config.host, token: config.console.token }, {
-      remoteAddress: Option.getOrUndefined(request.remoteAddress),
-      hostHeader: request.headers["host"],
-      authorization: request.headers["authorization"],
-      tokenHeader: request.headers["x-byok-token"],
-      queryToken: params.get("token") ?? undefined
-    })
+    const access = Access.decide({ host: config.host, token: config.console.token }, accessRequestOf(request, params))
     const nonce = randomBytes(16).toString("base64")
     if (access._tag === "Denied") {
       return htmlResponse({ config, nonce }, Pages.messagePage(access.status === 401 ? "Token required" : "Forbidden", access.message, Pages.linksOf(undefined), nonce), access.status).pipe(
         access.status === 401 ? HttpServerResponse.setHeader("www-authenticate", "Bearer") : (response) => response
       )
     }
-    const context: RequestContext = { config, access, params, links: Pages.linksOf(access.linkToken), nonce }
-    return yield* handle(context).pipe(
-      Effect.catchAll((error) =>
-        Effect.gen(function*() {
-          yield* Effect.logWarning("console: a page failed", error)
-          const message = error instanceof Error ? error.message : String(error)
-          return htmlResponse(context, Pages.messagePage("Error", `The console could not read the store: ${message}`, context.links, nonce), 500)
-        })
-      )
-    )
+    return yield* answered({ config, access, params, links: Pages.linksOf(access.linkToken), nonce }, handle)
   })
 
 const overviewRoute = ({ live, sessions, store }: Services) => guarded(live, (context) =>
@@ -217,6 +231,31 @@ const usersRoute = ({ live, users }: Services) => guarded(live, (context) =>
     Effect.succeed(HttpServerResponse.text(`the users could not be read: ${error.message}`, { status: 503, headers: SECURITY_HEADERS }))))
 )
 
+/**
+ * A user's own page: the caller is the one the door found for this very request (Node's request
+ * under Effect's, `Door.callerOf`), never anything the request says of itself. Anyone else (the
+ * operator, one person's server) gets a pointer, behind the console's access rule.
+ */
+const meRoute = ({ live, store, users }: Services) => {
+  const pointer = guarded(live, (context) =>
+    Effect.sync(() => htmlResponse(context, MePage.notAUserPage(users?.teamMode() === true, context.links, context.nonce))))
+  return Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const caller = typeof request.source === "object" && request.source !== null ? callerOf(request.source) : LOCAL
+    if (caller._tag !== "User" || users === undefined) return yield* pointer
+    const params = new URL(request.url, "http://console.invalid").searchParams
+    const access = Access.passedByTheDoor(accessRequestOf(request, params))
+    const context: RequestContext = { config: live.current(), access, params, links: Pages.linksOf(access.linkToken), nonce: randomBytes(16).toString("base64") }
+    return yield* answered(context, () =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const spend = yield* users.spend(caller.user.userId, now)
+        const conversations = yield* store.conversations(MePage.ME_CONVERSATIONS, undefined, caller.user.userId)
+        return htmlResponse(context, MePage.mePage({ user: caller.user, spend, conversations }, context.links, context.nonce))
+      }))
+  })
+}
+
 /** The console's GET routes (they need the store, the sessions, Tab and the running configuration). */
 export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter | Store | Sessions | Tab | LiveConfig> = HttpLayerRouter.use((router) =>
   Effect.gen(function*() {
@@ -237,5 +276,6 @@ export const layerRoutes: Layer.Layer<never, never, HttpLayerRouter.HttpRouter |
     yield* router.add("GET", "/console/captures/:name", captureFileRoute(services))
     yield* router.add("GET", TabPage.TAB_PATH, tabRoute(services))
     yield* router.add("GET", UsersPage.USERS_PATH, usersRoute(services))
+    yield* router.add("GET", USER_PAGE_PATH, meRoute(services))
   })
 )

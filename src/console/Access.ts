@@ -10,6 +10,8 @@
  *   to set one.
  * - Messages are revealed (`?messages=1`) only to a client connected from a loopback address,
  *   whatever the host and the token.
+ * - A user's own page on a team's server (`/console/me`) takes the door's word instead
+ *   (`passedByTheDoor`): the door found the user's token, and no other page opens to it.
  */
 import { Redacted } from "effect"
 import { isLoopback } from "../Config.js"
@@ -66,10 +68,19 @@ export const decide = (
   if (config.token === undefined) {
     return { _tag: "Denied", status: 403, message: `The server listens on ${config.host}, not a loopback address: the console needs a token. To open it, ${TOKEN_HELP}.` }
   }
-  const bearer = headerTokenOf(request.authorization, request.tokenHeader)
-  const given = bearer ?? request.queryToken
+  const given = headerTokenOf(request.authorization, request.tokenHeader) ?? request.queryToken
   if (given === undefined || !sameToken(given, Redacted.value(config.token))) {
     return { _tag: "Denied", status: 401, message: "The console needs the configured token: open /console?token=<token> or send Authorization: Bearer <token>." }
   }
-  return { _tag: "Allowed", loopbackClient, linkToken: bearer === undefined ? request.queryToken : undefined }
+  return passedByTheDoor(request)
 }
+
+/**
+ * A request let through on its caller as the door found it (a user's own page on a team's
+ * server): the token goes on in the page's links only when the query carried it.
+ */
+export const passedByTheDoor = (request: AccessRequest): Extract<Access, { _tag: "Allowed" }> => ({
+  _tag: "Allowed",
+  loopbackClient: isLoopbackAddress(request.remoteAddress),
+  linkToken: headerTokenOf(request.authorization, request.tokenHeader) === undefined ? request.queryToken : undefined
+})

@@ -123,9 +123,11 @@ export const page = (options: {
   readonly nonce: string
   readonly script?: Markup
   readonly home: string
+  /** The operator's pages' links (Overview, Calls, Tab, Users); false on a user's own page, which opens none of them. */
+  readonly nav?: boolean
 }): string =>
   `<!doctype html>\n` +
   html`<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${options.title} &middot; cursor-byok console</title><link rel="icon" type="image/svg+xml" href="${FAVICON}"><style nonce="${options.nonce}">${raw(STYLE)}</style></head>
-<body><header><h1><a href="${options.home}">cursor-byok console</a></h1><nav><a href="${options.home}">Overview</a><a href="${callsLink(options.home)}">Calls</a><a href="${tabLink(options.home)}">Tab</a><a href="${usersLink(options.home)}">Users</a></nav><span class="page">${options.title}</span></header>
+<body><header><h1><a href="${options.home}">cursor-byok console</a></h1>${options.nav === false ? null : html`<nav><a href="${options.home}">Overview</a><a href="${callsLink(options.home)}">Calls</a><a href="${tabLink(options.home)}">Tab</a><a href="${usersLink(options.home)}">Users</a></nav>`}<span class="page">${options.title}</span></header>
 <main>${options.body}</main>${options.script === undefined ? null : html`<script nonce="${options.nonce}">${options.script}</script>`}</body></html>`.value

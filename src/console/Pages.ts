@@ -33,7 +33,8 @@ export const CALLS_PATH = "/console/calls"
 
 const TITLE_CHARS = 80
 
-const titleOf = (conversation: ConversationInsight) =>
+/** A conversation's title, shortened; one without a user message says so. */
+export const titleOf = (conversation: ConversationInsight) =>
   conversation.title.trim() === "" ? "(no user message)" : shorten(conversation.title, TITLE_CHARS)
 
 const tokensCell = (usage: { readonly input: number; readonly cacheRead: number; readonly cacheWrite: number; readonly output: number }) =>

@@ -3,7 +3,7 @@
  * models, limits and what they spent today and this month (UTC, priced calls of the chats they
  * own), a limit reached or 80% spent marked. With no user, how to make the server a team's.
  */
-import type { Spend, UserRecord } from "../Users.js"
+import type { Spend, User, UserRecord } from "../Users.js"
 import { formatTime, formatUsd, html, page } from "./Html.js"
 import type { Markup } from "./Html.js"
 import type { Links } from "./Pages.js"
@@ -19,16 +19,21 @@ export interface UserRow {
 export const budgetState = (spent: number, limit: number | undefined): "reached" | "near" | undefined =>
   limit === undefined ? undefined : spent >= limit ? "reached" : spent >= 0.8 * limit ? "near" : undefined
 
-const spendCell = (column: string, spent: number, limit: number | undefined): Markup => {
+/** A spend against its limit (a table cell), a limit reached or 80% spent marked; the user's own page shows the same cells. */
+export const spendCell = (column: string, spent: number, limit: number | undefined): Markup => {
   const state = budgetState(spent, limit)
   return html`<td class="num ${state === "reached" ? "bad" : state === "near" ? "warn" : ""}" data-col="${column}" data-state="${state ?? "ok"}">${formatUsd(spent)}${
     limit === undefined ? null : html` <span class="muted">of ${formatUsd(limit)}</span>`
   }${state === "reached" ? html`<div class="small">limit reached: turns refused</div>` : state === "near" ? html`<div class="small">over 80%</div>` : null}</td>`
 }
 
+/** The models a user may use (a table cell). */
+export const modelsCell = (user: Pick<User, "models">): Markup =>
+  html`<td data-col="models">${user.models === undefined ? html`<span class="muted">every model</span>` : user.models.join(", ")}</td>`
+
 const userRow = ({ spend, user }: UserRow): Markup =>
   html`<tr data-user="${user.name}"><td>${user.name}</td>
-<td data-col="models">${user.models === undefined ? html`<span class="muted">every model</span>` : user.models.join(", ")}</td>
+${modelsCell(user)}
 ${spendCell("today", spend.todayUsd, user.dailyUsd)}${spendCell("month", spend.monthUsd, user.monthlyUsd)}
 <td data-col="created">${formatTime(user.createdAtMs)}</td></tr>`
 

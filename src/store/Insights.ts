@@ -131,15 +131,19 @@ const firstUserText = (rows: ReadonlyArray<{ readonly seq: number; readonly mess
 const TITLE_ROWS = 4
 
 /**
- * The `limit` most recently active conversations (or the one named), newest first, with their
- * totals over all their model calls, each titled by the name the user gave it or by its first
- * user message.
+ * The `limit` most recently active conversations (or the one named, or those `ownerId` owns in
+ * `conversation_owners`), newest first, with their totals over all their model calls, each
+ * titled by the name the user gave it or by its first user message.
  */
-export const conversations = ({ sql }: StoreEnv) => Effect.fn("Store.conversations")(function*(limit: number, conversationId?: string) {
+export const conversations = ({ sql }: StoreEnv) => Effect.fn("Store.conversations")(function*(limit: number, conversationId?: string, ownerId?: string) {
+  const filters = [
+    ...(conversationId === undefined ? [] : [sql`conversation_id = ${conversationId}`]),
+    ...(ownerId === undefined ? [] : [sql`conversation_id IN (SELECT conversation_id FROM conversation_owners WHERE user_id = ${ownerId})`])
+  ]
   const read = Effect.gen(function*() {
     const rows = yield* sql<{ conversation_id: string; status: string; state_json: string; message_count: number; updated_at_ms: number }>`
       SELECT conversation_id, status, state_json, message_count, updated_at_ms FROM conversations
-      ${conversationId === undefined ? sql`` : sql`WHERE conversation_id = ${conversationId}`}
+      ${filters.length === 0 ? sql`` : sql`WHERE ${sql.and(filters)}`}
       ORDER BY updated_at_ms DESC, conversation_id LIMIT ${limit}`
     const ids = rows.map((row) => row.conversation_id)
     if (ids.length === 0) return { rows, firsts: [], calls: [], names: [] }

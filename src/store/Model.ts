@@ -475,8 +475,11 @@ export interface StoreService {
   readonly findSubagentRun: (parentToolCallId: string) => Effect.Effect<Option.Option<string>, StoreError>
   /** The conversation's model calls in the order they were made, as the operator reads them. */
   readonly callsOf: (conversationId: string) => Effect.Effect<ReadonlyArray<CallInsight>, StoreError>
-  /** The `limit` most recently active conversations (or only the one named), newest first, with their totals (the console's list). */
-  readonly conversations: (limit: number, conversationId?: string) => Effect.Effect<ReadonlyArray<ConversationInsight>, StoreError>
+  /**
+   * The `limit` most recently active conversations (or only the one named; or only those the user
+   * `ownerId` owns, on a team's server), newest first, with their totals (the console's lists).
+   */
+  readonly conversations: (limit: number, conversationId?: string, ownerId?: string) => Effect.Effect<ReadonlyArray<ConversationInsight>, StoreError>
   /** The model calls of every conversation made since `sinceMs`, oldest first, the newest `limit` of them. */
   readonly callsSince: (sinceMs: number, limit: number) => Effect.Effect<ReadonlyArray<RecentCall>, StoreError>
   /** The segments a compaction or a rewind opened, oldest first (the origin segment has no record). */

@@ -146,8 +146,31 @@ const RPC_MEDIA_TYPES = new Set([
 /** The media type of a Content-Type header, lower case, without parameters. */
 export const mediaTypeOf = (header: string | undefined): string => (header ?? "").split(";")[0]!.trim().toLowerCase()
 
-/** Routes that are pages or probes, not RPCs: the console, `/metrics`, `/healthz`. */
-const isPageRoute = (path: string) => path === "/healthz" || path === "/metrics" || path === "/console" || path.startsWith("/console/")
+/**
+ * A path as the app's router (find-my-way, under `HttpLayerRouter`) matches it: an absolute-form
+ * target's scheme and host dropped, repeated slashes as one, cut at `;` or `#`, percent-decoded,
+ * without a trailing slash, in lower case. The page rules read it, so that `//Console`,
+ * `/%63onsole/` or `/console;x` is the page the router sends it to.
+ */
+export const routedPath = (path: string): string => {
+  const target = (path.startsWith("/") ? path : path.replace(/^https?:\/\/.*?\//i, "/")).replace(/\/\/+/g, "/").split(/[;#]/)[0]!
+  let decoded = target
+  try {
+    decoded = decodeURI(target)
+  } catch {
+    // Malformed escapes: the router finds no route for it either.
+  }
+  return (decoded.length > 1 && decoded.endsWith("/") ? decoded.slice(0, -1) : decoded).toLowerCase()
+}
+
+/** Routes that are pages or probes, not RPCs: the console, `/metrics`, `/healthz` (however the path spells them). */
+const isPageRoute = (path: string) => {
+  const routed = routedPath(path)
+  return routed === "/healthz" || routed === "/metrics" || routed === "/console" || routed.startsWith("/console/")
+}
+
+/** A user's own console page (their spend and conversations): the one page a user's token opens, with GET. */
+export const USER_PAGE_PATH = "/console/me"
 
 const digest = (text: string) => createHash("sha256").update(text, "utf8").digest()
 
@@ -189,7 +212,8 @@ export const TEAM_TOKEN_HELP =
 
 /**
  * On a team's server every request but `/healthz` names its caller: the operator (`console.token`),
- * or a user by their token. The console and `/metrics` show every user's figures: the operator's.
+ * or a user by their token. The console and `/metrics` show every user's figures: the operator's;
+ * a user opens only their own page (`GET /console/me`).
  */
 const teamVerdict = (settings: PolicySettings, facts: RequestFacts, users: UserLookup): Verdict => {
   if (facts.path === "/healthz") return PASS
@@ -200,7 +224,7 @@ const teamVerdict = (settings: PolicySettings, facts: RequestFacts, users: UserL
   if (Option.isNone(user)) {
     return { _tag: "Refuse", status: 401, cause: "token", message: "this token is not one of this server's users (removed, or replaced by `cursor-byok users token`): ask the operator for yours" }
   }
-  if (isPageRoute(facts.path)) {
+  if (isPageRoute(facts.path) && !(facts.method === "GET" && routedPath(facts.path) === USER_PAGE_PATH)) {
     return { _tag: "Refuse", status: 403, cause: "token", message: `${facts.path.slice(0, 100)} shows every user's conversations and figures: it takes the operator's token (console.token)` }
   }
   return { _tag: "Pass", caller: { _tag: "User", user: user.value } }
@@ -220,7 +244,7 @@ export const check = (settings: PolicySettings, facts: RequestFacts): Verdict =>
   if (!originAllowed(settings, facts)) {
     return { _tag: "Refuse", status: 403, cause: "origin", message: `requests from web pages (Origin ${JSON.stringify(facts.origin?.slice(0, 100))}) are refused: this server serves Cursor, not browsers` }
   }
-  if (facts.method !== "GET" && facts.method !== "HEAD" && !isPageRoute(facts.path) && !RPC_MEDIA_TYPES.has(mediaTypeOf(facts.contentType))) {
+  if (facts.method !== "GET" && facts.method !== "HEAD" && !RPC_MEDIA_TYPES.has(mediaTypeOf(facts.contentType)) && !isPageRoute(facts.path)) {
     return {
       _tag: "Refuse",
       status: 415,

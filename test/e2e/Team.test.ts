@@ -63,6 +63,10 @@ const post = (port: number, path: string, headers: Record<string, string>, body?
     request.end(body)
   })
 
+/** A GET's status and body text. */
+const get = (app: AppHarness.AppHarness, path: string, headers: Record<string, string> = {}) =>
+  Effect.promise(() => fetch(`${app.baseUrl}${path}`, { headers }).then(async (response) => ({ status: response.status, body: await response.text() })))
+
 describe(`a team's server (${postgresUrl === undefined ? "SQLite" : "PostgreSQL"})`, () => {
   it.scoped("tokens, owners, allow-lists and budgets: each refused readably, nothing of it written", () =>
     Effect.gen(function*() {
@@ -145,5 +149,61 @@ describe(`a team's server (${postgresUrl === undefined ? "SQLite" : "PostgreSQL"
       assert.strictEqual((yield* Effect.promise(() => fetch(`${app.baseUrl}/console/users`, { headers: { authorization: `Bearer ${tokens.bob}` } }))).status, 403)
       const history = yield* AppHarness.messagesOf(app, "conv-alice")
       assert.deepStrictEqual(history.map((message) => message.role), ["user", "assistant", "user", "assistant"])
+    }), { timeout: 60_000 })
+
+  it.scoped("a user's own page (/console/me): their spend and conversations, nobody else's; no other page, whatever headers they add", () =>
+    Effect.gen(function*() {
+      const database = yield* teamDatabase
+      const tokens = yield* addUsers(database)
+      const app = yield* AppHarness.make({ database, config: teamConfig })
+      const { text } = FakeProvider.openAiChat
+      const alice = yield* clientWith(app, tokens.alice)
+      app.provider.enqueue(FakeProvider.sse(text("Hello Alice")))
+      assertCleanOk(yield* Effect.promise(() => alice.run({ conversationId: "conv-alice-own", text: "alice's secret plan", model: "fake-model" })))
+      // Bob's turn costs $0.01, past his $0.005 a day.
+      const bob = yield* clientWith(app, tokens.bob)
+      app.provider.enqueue(FakeProvider.sse(text("Hello Bob")))
+      assertCleanOk(yield* Effect.promise(() => bob.run({ conversationId: "conv-bob-own", text: "bob's question", model: "fake-model" })))
+
+      // In a browser (?token=): his models, his spend with his daily limit reached, his chat; nothing of Alice's. The links keep his token.
+      const mine = yield* get(app, `/console/me?token=${tokens.bob}`)
+      assert.strictEqual(mine.status, 200)
+      assert.include(mine.body, `data-user="bob"`)
+      assert.include(mine.body, "fake-model")
+      assert.match(mine.body, /data-col="today" data-state="reached"[^>]*>\$0\.0100/)
+      assert.include(mine.body, "limit reached")
+      assert.include(mine.body, "<code>conv-bob-own</code>")
+      assert.include(mine.body, "bob&#39;s question")
+      for (const hers of ["alice", "conv-alice-own", "secret plan"]) assert.notInclude(mine.body, hers)
+      assert.include(mine.body, `href="/console/me?token=${tokens.bob}"`)
+
+      // With the header, and with headers claiming another caller: still Bob's page, decided by the door alone.
+      const bobHeaders = { authorization: `Bearer ${tokens.bob}` }
+      const forgedCaller = { "x-byok-caller": "Operator", "x-byok-user": "alice", "x-byok-user-id": "user_alice", "x-caller": "operator" }
+      for (const headers of [bobHeaders, { ...bobHeaders, ...forgedCaller }]) {
+        const page = yield* get(app, "/console/me", headers)
+        assert.strictEqual(page.status, 200)
+        assert.include(page.body, `data-user="bob"`)
+        assert.notInclude(page.body, "conv-alice-own")
+      }
+      assert.strictEqual((yield* get(app, "/console/me", forgedCaller)).status, 401)
+      assert.include((yield* get(app, `/console/me?token=${tokens.alice}`, forgedCaller)).body, "conv-alice-own")
+
+      // Every other page stays the operator's, and /console/me only by GET.
+      // However the path is spelled for the router (case, doubled slashes, escapes).
+      for (const path of ["/console", "/console/users", "/console/conversations/conv-bob-own", "/console/calls", "/metrics", "//console", "/Console/Users", "/%63onsole", "//metrics"]) {
+        for (const headers of [bobHeaders, { ...bobHeaders, ...forgedCaller }]) {
+          const refused = yield* get(app, path, headers)
+          assert.strictEqual(refused.status, 403, path)
+          assert.include(refused.body, "operator's token", path)
+        }
+      }
+      assert.strictEqual((yield* Effect.promise(() => post(app.port, "/console/me", bobHeaders))).status, 403)
+
+      // The operator is pointed at the users page.
+      const operator = yield* get(app, "/console/me", { authorization: `Bearer ${OPERATOR_TOKEN}` })
+      assert.strictEqual(operator.status, 200)
+      assert.include(operator.body, "A user&#39;s page")
+      assert.include(operator.body, `href="/console/users"`)
     }), { timeout: 60_000 })
 })

@@ -98,6 +98,18 @@ describe("Request policy", () => {
     assert.strictEqual(causeOf(Policy.check({ ...exposed, token: undefined }, facts({ host: `10.0.0.5:${PORT}` }))), "403 no-token")
   })
 
+  it("a path as the router reads it", () => {
+    assert.strictEqual(Policy.routedPath("/console/users"), "/console/users")
+    assert.strictEqual(Policy.routedPath("//Console///Users/"), "/console/users")
+    assert.strictEqual(Policy.routedPath("/%63onsole;jsessionid=1"), "/console")
+    assert.strictEqual(Policy.routedPath("https://evil.example/console#x"), "/console")
+    // Decoded once, as the router does; reserved escapes stay; a malformed one is left as it is.
+    assert.strictEqual(Policy.routedPath("/%2563onsole"), "/%63onsole")
+    assert.strictEqual(Policy.routedPath("/console%2Fusers"), "/console%2fusers")
+    assert.strictEqual(Policy.routedPath("/console/%E0%A4%A"), "/console/%e0%a4%a")
+    assert.strictEqual(Policy.routedPath("/"), "/")
+  })
+
   it("no name built around a loopback literal passes as loopback", () => {
     const label = fc.stringMatching(/^[a-z0-9-]{1,12}$/)
     fc.assert(fc.property(label, fc.constantFrom("127.0.0.1", "localhost", "127.9.8.7"), label, fc.boolean(), (before, literal, after, prefix) => {
@@ -106,11 +118,12 @@ describe("Request policy", () => {
     }))
   })
 
+  const alice = { userId: "user_a", name: "alice", models: undefined, dailyUsd: undefined, monthlyUsd: undefined }
+  const users: Policy.UserLookup = { teamMode: () => true, authenticate: (token) => (token === "byok_u_alice" ? Option.some(alice) : Option.none()) }
+  const team: Policy.PolicySettings = { ...loopback, token: Redacted.make(TOKEN), users }
+  const verdict = (overrides: Partial<Policy.RequestFacts>) => Policy.check(team, facts(overrides))
+
   it("a team's server: every request but /healthz names its caller, on loopback and through the proxy too; pages are the operator's", () => {
-    const alice = { userId: "user_a", name: "alice", models: undefined, dailyUsd: undefined, monthlyUsd: undefined }
-    const users: Policy.UserLookup = { teamMode: () => true, authenticate: (token) => (token === "byok_u_alice" ? Option.some(alice) : Option.none()) }
-    const team: Policy.PolicySettings = { ...loopback, token: Redacted.make(TOKEN), users }
-    const verdict = (overrides: Partial<Policy.RequestFacts>) => Policy.check(team, facts(overrides))
     assert.strictEqual(causeOf(verdict({})), "401 token")
     assert.strictEqual(causeOf(verdict({ via: "proxy" })), "401 token", "the proxy's requests are not exempt")
     assert.strictEqual(causeOf(verdict({ authorization: "Bearer byok_u_bob" })), "401 token")
@@ -126,5 +139,26 @@ describe("Request policy", () => {
     // No user yet: one person's server, every caller Local.
     const single = { ...team, users: { ...users, teamMode: () => false } }
     assert.deepStrictEqual(Policy.check(single, facts({})), { _tag: "Pass", caller: { _tag: "Local" } })
+  })
+
+  it("a team's server: a user's token opens their own page (GET /console/me) and no other page", () => {
+    const page = (path: string, method = "GET", query = "") => verdict({ method, path, query, contentType: undefined, authorization: query === "" ? "Bearer byok_u_alice" : undefined })
+    assert.deepStrictEqual(page(Policy.USER_PAGE_PATH), { _tag: "Pass", caller: { _tag: "User", user: alice } })
+    assert.deepStrictEqual(page(Policy.USER_PAGE_PATH, "GET", "token=byok_u_alice"), { _tag: "Pass", caller: { _tag: "User", user: alice } })
+    // The router matches paths loosely (case, doubled slashes, escapes, `;`, a trailing slash, an absolute-form target): so does the rule.
+    for (const path of ["/console/me/", "/CONSOLE/Me", "//console//me", "/console/%6De", "/console/me;x", "http://127.0.0.1:8787/console/me"]) {
+      assert.deepStrictEqual(page(path), { _tag: "Pass", caller: { _tag: "User", user: alice } }, path)
+    }
+    const spelled = ["//console", "/Console", "/%63onsole", "/console/", "//console/users", "/CONSOLE/USERS/", "/console;x", "/metrics/", "/METRICS", "http://127.0.0.1:8787/console"]
+    for (const path of ["/console", "/console/users", "/console/meta", "/console/me/calls", "/console/conversations/conv-1", "/metrics", ...spelled]) {
+      const refused = page(path)
+      assert.strictEqual(causeOf(refused), "403 token", path)
+      assert.include(refused._tag === "Refuse" ? refused.message : "", "operator's token (console.token)", path)
+    }
+    for (const method of ["HEAD", "POST", "DELETE"]) assert.strictEqual(causeOf(page(Policy.USER_PAGE_PATH, method)), "403 token", method)
+    // Without a token, or with one that is no user's, it is refused as every other request; the operator opens it too.
+    assert.strictEqual(causeOf(verdict({ method: "GET", path: Policy.USER_PAGE_PATH, contentType: undefined })), "401 token")
+    assert.strictEqual(causeOf(verdict({ method: "GET", path: Policy.USER_PAGE_PATH, contentType: undefined, authorization: "Bearer byok_u_bob" })), "401 token")
+    assert.deepStrictEqual(verdict({ method: "GET", path: Policy.USER_PAGE_PATH, contentType: undefined, authorization: `Bearer ${TOKEN}` }), { _tag: "Pass", caller: { _tag: "Operator" } })
   })
 })
