@@ -21,7 +21,7 @@ import { committed, delivered, dropHeld, openGate } from "./session/Owed.js"
 import { append, answer, cancel, followUp } from "./session/Appends.js"
 import { adoptHeld, passGap } from "./session/Gaps.js"
 import type { SessionState } from "./session/State.js"
-import { compaction, ended, mirrors, readHistory, replays, spoke, turnReady, turnRefused } from "./session/Turns.js"
+import { compaction, ended, mirrors, notice, readHistory, replays, spoke, turnReady, turnRefused } from "./session/Turns.js"
 import { ending } from "./session/TurnEnd.js"
 import { abortAll, childAttached, dispatch, onWorkDone, submissionOf } from "./session/ToolCalls.js"
 import { SessionCommand } from "./session/Types.js"
@@ -45,6 +45,8 @@ export const sessionTransition = (state: SessionState, input: SessionInput): Ste
       return readHistory(state, input.inputId, input.blobIds)
     case "TurnRefused":
       return turnRefused(state, input.inputId, input.end)
+    case "Notice":
+      return notice(state, input.text)
     case "Forwarded":
       return forwarded(state, input)
     case "Committed":

@@ -109,6 +109,10 @@ export const turnReady = (state: SessionState, inputId: string, run: Dialect.Run
   return { state: next, commands: [SessionCommand.Submit({ submission: start, owner: state.requestId })] }
 }
 
+/** A word for the user ahead of the turn's frames, as a server notice; nothing once the stream has ended. */
+export const notice = (state: SessionState, text: string): Step =>
+  ({ state, commands: isEnded(state) ? [] : [SessionCommand.Write({ messages: [Dialect.encodeServerNotice(text)] })] })
+
 /** What a summarize of a short conversation shows: nothing was changed. */
 const NOTHING_TO_SUMMARIZE = "Nothing to summarize yet: the conversation is short enough to keep whole."
 

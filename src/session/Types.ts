@@ -49,6 +49,8 @@ export type SessionInput = Data.TaggedEnum<{
   ReadHistory: { readonly inputId: string; readonly blobIds: ReadonlyArray<Uint8Array> }
   /** The run request's turn cannot start (a history the client did not give back): nothing is submitted; the stream ends with `end`. */
   TurnRefused: { readonly inputId: string; readonly end: Dialect.EndStream }
+  /** A word for the user before the turn's frames (a budget nearly spent): a server notice, not the model's. */
+  Notice: { readonly text: string }
   /**
    * A request that resumes this session's turn hands on its append `seqno` (`owner`'s): a
    * follow-up or a cancel (`owner` owes on its commit), an exec, interaction or KV answer.

@@ -114,11 +114,12 @@ const startTurn = (env: InputEnv, session: Session, command: Extract<SessionComm
   Effect.gen(function*() {
     const { run, inputId } = command
     // A team's server: the caller's model, ownership of the chat and budget first.
-    const refusal = yield* env.admit.turn(session.caller, conversationOf(session.requestId, run), run.model)
-    if (refusal !== undefined) {
-      yield* Effect.logWarning(`transport: ${session.requestId}: turn refused: ${refusal.message}`)
-      return yield* step(env, session, SessionInput.TurnRefused({ inputId, end: Dialect.turnRefused(refusal) }))
+    const admitted = yield* env.admit.turn(session.caller, conversationOf(session.requestId, run), run.model)
+    if (admitted !== undefined && admitted.kind !== "notice") {
+      yield* Effect.logWarning(`transport: ${session.requestId}: turn refused: ${admitted.message}`)
+      return yield* step(env, session, SessionInput.TurnRefused({ inputId, end: Dialect.turnRefused(admitted) }))
     }
+    if (admitted !== undefined) yield* step(env, session, SessionInput.Notice({ text: `${admitted.message}\n\n` }))
     const history = yield* readHistoryBack(env, session, run, inputId)
     if (command.readContext || history !== undefined) return yield* startAfterContext(env, session, run, inputId, [...command.reads, ...(history?.reads ?? [])], history)
     yield* Effect.flatMap(startOf(env, session, run, inputId), (start) => step(env, session, SessionInput.TurnReady({ inputId, run, start })))

@@ -1,7 +1,8 @@
 /**
  * Whether a user's turn may start: the model is one they may use, the conversation is theirs (a
  * new one becomes theirs), and their daily and monthly budgets are not spent. The refusal says
- * why in words Cursor shows; a budget 80% spent is logged once per user and day. What cannot be
+ * why in words Cursor shows; a budget 80% spent is said in Cursor at each turn (a server notice)
+ * and logged once per user and day. What cannot be
  * checked (the database not answering) is refused.
  */
 import { Clock, Effect, Option } from "effect"
@@ -13,21 +14,29 @@ export interface Refusal {
   readonly message: string
 }
 
-const usd = (amount: number) => `$${amount.toFixed(2)}`
+/** Dollars with cents, and a tenth of a cent under a dollar (a $0.005 limit reads as one). */
+const usd = (amount: number) => `$${amount < 1 ? amount.toFixed(3).replace(/0$/, "") : amount.toFixed(2)}`
 
-/** The refusal of a spent budget, the warning line of one 80% spent, or undefined. */
-const budgetCheck = (name: string, spent: number, limit: number | undefined, period: "day" | "month"): Refusal | string | undefined => {
+/** A turn let through with a word for its user: a budget 80% spent (Cursor shows it as a server notice). */
+export interface Notice {
+  readonly kind: "notice"
+  readonly message: string
+}
+
+/** The refusal of a spent budget, the notice of one 80% spent, or undefined. */
+const budgetCheck = (spent: number, limit: number | undefined, period: "day" | "month"): Refusal | Notice | undefined => {
   if (limit === undefined) return undefined
+  const budget = `${usd(limit)} ${period === "day" ? "daily" : "monthly"} budget`
   if (spent >= limit) {
     return {
       kind: "budget",
       title: `${period === "day" ? "Daily" : "Monthly"} budget reached`,
-      message: `You have spent ${usd(spent)} of your ${usd(limit)} ${period === "day" ? "daily" : "monthly"} budget on this server, so this message was not sent to the model. ` +
+      message: `You have spent ${usd(spent)} of your ${budget} on this server, so this message was not sent to the model. ` +
         `It renews at the start of the next ${period} (UTC), or ask the operator to raise it (\`cursor-byok users\`).`
     }
   }
   return spent >= 0.8 * limit
-    ? `users: ${name} has spent ${usd(spent)} of a ${usd(limit)} ${period === "day" ? "daily" : "monthly"} budget (${Math.floor((100 * spent) / limit)}%)`
+    ? { kind: "notice", message: `You have spent ${usd(spent)} of your ${budget} on this server (${Math.floor((100 * spent) / limit)}%).` }
     : undefined
 }
 
@@ -43,8 +52,8 @@ const unchecked = (error: { readonly message: string }) =>
 const OWNED_LIMIT = 10_000
 
 export interface Admission {
-  /** A turn of `model` in `conversationId`: undefined lets it start. */
-  readonly turn: (caller: Caller | undefined, conversationId: string, model: string) => Effect.Effect<Refusal | undefined>
+  /** A turn of `model` in `conversationId`: undefined (or a notice for its user) lets it start. */
+  readonly turn: (caller: Caller | undefined, conversationId: string, model: string) => Effect.Effect<Refusal | Notice | undefined>
   /** A resume of `conversationId`'s turn: undefined when it is the caller's. */
   readonly resume: (caller: Caller | undefined, conversationId: string) => Effect.Effect<Refusal | undefined>
   /** Whether the caller may read `conversationId` (an attached past chat): a user, only their own. */
@@ -79,7 +88,7 @@ export const make = (users: UsersService): Admission => {
       }
     })
   }
-  const turn = (caller: Caller | undefined, conversationId: string, model: string): Effect.Effect<Refusal | undefined> =>
+  const turn = (caller: Caller | undefined, conversationId: string, model: string): Effect.Effect<Refusal | Notice | undefined> =>
     Effect.gen(function*() {
       if (caller?._tag !== "User") return undefined
       const { user } = caller
@@ -96,14 +105,16 @@ export const make = (users: UsersService): Admission => {
       if (owner !== undefined || (user.dailyUsd === undefined && user.monthlyUsd === undefined)) return owner
       const spend = yield* users.spend(user.userId, at)
       const day = new Date(at).toISOString().slice(0, 10)
-      for (const [checked, key] of [
-        [budgetCheck(user.name, spend.todayUsd, user.dailyUsd, "day"), `${user.userId} ${day}`],
-        [budgetCheck(user.name, spend.monthUsd, user.monthlyUsd, "month"), `${user.userId} ${day.slice(0, 7)}`]
-      ] as const) {
-        if (typeof checked === "string") yield* warnOnce(key, checked)
-        else if (checked !== undefined) return checked
-      }
-      return undefined
+      const checks = [
+        [budgetCheck(spend.todayUsd, user.dailyUsd, "day"), `${user.userId} ${day}`],
+        [budgetCheck(spend.monthUsd, user.monthlyUsd, "month"), `${user.userId} ${day.slice(0, 7)}`]
+      ] as const
+      const refused = checks.find(([checked]) => checked !== undefined && checked.kind !== "notice")
+      if (refused !== undefined) return refused[0]
+      // Each turn over 80% says so in Cursor; the log says it once a day (or month).
+      const notices = checks.flatMap(([checked, key]) => checked?.kind === "notice" ? [{ checked, key }] : [])
+      for (const { checked, key } of notices) yield* warnOnce(key, `users: ${user.name}: ${checked.message}`)
+      return notices.length === 0 ? undefined : { kind: "notice", message: notices.map(({ checked }) => checked.message).join(" ") } satisfies Notice
     }).pipe(Effect.catchAll(unchecked))
   const resume = (caller: Caller | undefined, conversationId: string): Effect.Effect<Refusal | undefined> =>
     caller?._tag !== "User"

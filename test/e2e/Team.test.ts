@@ -30,7 +30,8 @@ const addUsers = (database: string) =>
     const users = yield* Users
     const alice = yield* users.add({ name: "alice" })
     const bob = yield* users.add({ name: "bob", models: ["fake-model"], dailyUsd: 0.005 })
-    return { alice: alice.token, bob: bob.token }
+    const carol = yield* users.add({ name: "carol", dailyUsd: 0.012 })
+    return { alice: alice.token, bob: bob.token, carol: carol.token }
   }).pipe(Effect.provide(Layer.fresh(UsersCli.layerOn(database))), Effect.scoped, Effect.orDie)
 
 const OPERATOR_TOKEN = "operator-token-0123456789"
@@ -126,6 +127,20 @@ describe(`a team's server (${postgresUrl === undefined ? "SQLite" : "PostgreSQL"
       assert.strictEqual(endCode(spent), "resource_exhausted")
       assert.include(spent.end?._tag === "Error" ? spent.end.message : "", "daily budget")
       assert.strictEqual(app.provider.requests.length, requestsBefore + 1)
+
+      // Carol's first turn ($0.01) passes 80% of her $0.012 a day: her next one runs, Cursor shown the notice first.
+      const carol = yield* clientWith(app, tokens.carol)
+      app.provider.enqueue(FakeProvider.sse(text("Hello Carol")), FakeProvider.sse(text("Hi again")))
+      const carolFirst = yield* Effect.promise(() => carol.run({ conversationId: "conv-carol", text: "hi", model: "fake-model" }))
+      assertCleanOk(carolFirst)
+      assert.strictEqual(carolFirst.text, "Hello Carol")
+      const noticed = yield* Effect.promise(() => carol.run({ conversationId: "conv-carol", text: "again", model: "fake-model" }))
+      assertCleanOk(noticed)
+      assert.strictEqual(noticed.text, "You have spent $0.01 of your $0.012 daily budget on this server (83%).\n\nHi again")
+      // The notice is Cursor's to show, not the model's: the history keeps the answers only.
+      const carolHistory = yield* AppHarness.messagesOf(app, "conv-carol")
+      assert.deepStrictEqual(carolHistory.map((m) => m.role), ["user", "assistant", "user", "assistant"])
+      assert.notInclude(JSON.stringify(carolHistory), "daily budget")
 
       // Alice is not held back by Bob's budget, and her conversation kept only her turns.
       app.provider.enqueue(FakeProvider.sse(text("Still here")))
