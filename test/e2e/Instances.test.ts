@@ -18,6 +18,7 @@ import * as Balancer from "../support/Balancer.js"
 import * as ChildServer from "../support/ChildServer.js"
 import { LocalWorkspace } from "../support/CursorClient.js"
 import * as FakeProvider from "../support/FakeProvider.js"
+import { sseTurn, transportOf } from "../support/OfficialClients.js"
 import { freshDatabase } from "../support/Postgres.js"
 import { holderAddress } from "../support/Registry.js"
 import { assertCleanOk, clientFor, endCode, shape, tempDirectory } from "../support/Transcripts.js"
@@ -33,7 +34,7 @@ const twoInstances = Effect.gen(function*() {
   const provider = yield* FakeProvider.make
   const database = yield* Effect.promise(() => freshDatabase(postgresUrl!, "instances"))
   const start = () =>
-    ChildServer.make({ config: AppHarness.fileConfigJson(provider.baseUrl), database, env: { [AppHarness.API_KEY_ENV]: AppHarness.API_KEY } })
+    ChildServer.make({ config: AppHarness.fileConfigJson(provider.baseUrl), database, h2c: true, env: { [AppHarness.API_KEY_ENV]: AppHarness.API_KEY } })
   const [a, b] = yield* Effect.all([start(), start()], { concurrency: 2 })
   return { provider, database, a, b }
 })
@@ -71,6 +72,20 @@ describe.skipIf(postgresUrl === undefined)("several instances on one PostgreSQL 
         assert.isTrue(provider.requests[k]!.body.startsWith(before.slice(0, -2)), `request ${k} does not extend request ${k - 1}`)
       }
       assert.deepStrictEqual(bodyOf(provider, 2).messages.slice(1).map((m) => m["role"]), ["user", "assistant", "tool", "assistant", "user"])
+    }), { timeout: 90_000 })
+
+  it.scopedLive("the official Connect clients in Connect, gRPC-Web and gRPC: appends to one instance, the stream read from the other", () =>
+    Effect.gen(function*() {
+      const { a, b, provider } = yield* twoInstances
+      const cases = [["connect", "1.1", a.baseUrl, b.baseUrl], ["grpc-web", "1.1", a.baseUrl, b.baseUrl], ["grpc", "2", a.h2cUrl!, b.h2cUrl!]] as const
+      for (const [protocol, httpVersion, appendsTo, readsFrom] of cases) {
+        provider.enqueue(FakeProvider.sse(FakeProvider.openAiChat.text(`answered over ${protocol}`)))
+        const messages = yield* Effect.promise(() =>
+          sseTurn(transportOf(protocol, appendsTo, httpVersion), `conv-${protocol}`, "hello", `req-${protocol}`, transportOf(protocol, readsFrom, httpVersion)))
+        const text = messages.flatMap((m) => m.message.case === "interactionUpdate" && m.message.value.message.case === "textDelta" ? [m.message.value.message.value.text] : []).join("")
+        assert.strictEqual(text, `answered over ${protocol}`, `${protocol}\nA:\n${a.stdout()}\nB:\n${b.stdout()}`)
+        assert.isTrue(messages.some((m) => m.message.case === "interactionUpdate" && m.message.value.message.case === "turnEnded"), protocol)
+      }
     }), { timeout: 90_000 })
 
   it.scopedLive("SIGKILL of the instance holding a live turn: the reconnect reaches the other, which re-issues the model call once and finishes the turn", () =>

@@ -70,10 +70,14 @@ export const blobAck = (message: AgentServerMessage): AgentClientMessage | undef
     ? create(AgentClientMessageSchema, { message: { case: "kvClientMessage", value: { id: message.message.value.id, message: { case: "setBlobResult", value: {} } } } })
     : undefined
 
-/** One turn on RunSSE + BidiAppend: the run request appended, the stream read to its end, blobs acknowledged as they come. */
-export const sseTurn = async (transport: Transport, conversationId: string, text: string, requestId = `req-${conversationId}`) => {
+/**
+ * One turn on RunSSE + BidiAppend: the run request appended, the stream read to its end, blobs
+ * acknowledged as they come; the stream read through `readTransport` when given (another
+ * instance of a team's server).
+ */
+export const sseTurn = async (transport: Transport, conversationId: string, text: string, requestId = `req-${conversationId}`, readTransport = transport) => {
   const bidi = createClient(BidiService, transport)
-  const agent = createClient(AgentService, transport)
+  const agent = createClient(AgentService, readTransport)
   let seqno = 0
   const append = (message: AgentClientMessage) =>
     bidi.bidiAppend({ requestId: { requestId }, appendSeqno: BigInt(seqno++), data: toHex(toBinary(AgentClientMessageSchema, message)) })
