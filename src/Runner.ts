@@ -280,7 +280,7 @@ export const make = (options: RunnerOptions) =>
       holdsHistory: holdsHistory(env),
       isCommitted: isCommitted(env),
       recover: recover(env),
-      recoverConversation: recoverOne(env),
+      recoverConversation: recoverOne(env, cluster),
       awaitIdle
     })
   })

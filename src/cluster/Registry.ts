@@ -206,7 +206,10 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
     // A stop says so at once: the others need not wait for the lock's connection to close.
     yield* Effect.addFinalizer(() => run("DELETE FROM instances WHERE instance_key = $1", [key]).pipe(Effect.ignore))
 
-    const oldest = Effect.map(Clock.currentTimeMillis, (at) => at - goneAfterMs)
+    /** How many other instances are alive now. */
+    const countOthers = Effect.flatMap(Clock.currentTimeMillis, (at) =>
+      run<{ n: number }>(`SELECT count(*)::int AS n FROM (${LIVE}) live WHERE live.instance_key <> $2`, [at - goneAfterMs, key])
+    ).pipe(Effect.map((rows) => rows[0]?.n ?? 0))
     let failing = false
     // The other live instances at the last heartbeat (none: a reader claims its request at once).
     let others = 0
@@ -236,8 +239,7 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
          WHERE l.locktype = 'advisory' AND l.granted AND l.database = ${THIS_DATABASE} AND l.classid = ${INSTANCE_CLASS} AND l.objsubid = 2 AND i.heartbeat_at_ms <= $1`,
         [at - goneAfterMs]
       )
-      const [alive] = yield* run<{ n: number }>(`SELECT count(*)::int AS n FROM (${LIVE}) live WHERE live.instance_key <> $2`, [at - goneAfterMs, key])
-      others = alive?.n ?? 0
+      others = yield* countOthers
       yield* run("DELETE FROM request_holders WHERE claimed_at_ms < $1", [at - 86_400_000])
       yield* run("DELETE FROM conversation_homes WHERE instance_key NOT IN (SELECT instance_key FROM instances)", [])
       yield* run("DELETE FROM instances WHERE heartbeat_at_ms < $1", [at - 3_600_000])
@@ -253,12 +255,7 @@ export const make = (options: RegistryOptions): Effect.Effect<ClusterService, Cl
     const { adopt, forget, holderOf, route, routeTurn } = routesOf(run, key, goneAfterMs)
     const lease = leaseOf(onLocks, leasePollMs)
 
-    const othersAlive = Effect.flatMap(oldest, (since) =>
-      run<{ n: number }>(`SELECT count(*)::int AS n FROM (${LIVE}) live WHERE live.instance_key <> $2`, [since, key])
-    ).pipe(
-      Effect.map((rows) => (rows[0]?.n ?? 0) > 0),
-      Effect.mapError(failed("list the live instances"))
-    )
+    const othersAlive = countOthers.pipe(Effect.map((n) => n > 0), Effect.mapError(failed("list the live instances")))
 
     yield* Effect.logInfo(`cluster: instance ${instanceId} (key ${key}) at ${options.address}`)
     return {

@@ -17,20 +17,19 @@ import type { AgentRouterService } from "../transport/front/Agent.js"
 import { parseInputId } from "../transport/Session.js"
 import { Sessions } from "../transport/Sessions.js"
 
-/** What routing needs of a call: its request id and, for a run request, its conversation (undefined: a body the wire refuses itself). */
-const callOf = (call: "BidiAppend" | "RunSSE", body: Uint8Array): { readonly requestId: string; readonly conversationId?: string } | undefined => {
-  if (call === "BidiAppend") {
-    const frame = Dialect.decodeBidiAppendFrame(body)
-    if (Either.isLeft(frame)) return undefined
-    const message = Either.getOrUndefined(frame.right.message)
-    if (message?._tag !== "RunRequest") return { requestId: frame.right.requestId }
-    // A chat with no id of its own is keyed by its request, as the session keys it.
-    return { requestId: frame.right.requestId, conversationId: message.conversationId ?? frame.right.requestId }
-  }
+/** The request id a call names (a RunSSE's body is its envelopes); undefined for a body the wire refuses itself. */
+const requestIdOf = (call: "BidiAppend" | "RunSSE", body: Uint8Array): string | undefined => {
+  if (call === "BidiAppend") return Either.getOrUndefined(Dialect.decodeBidiAppendRequestId(body))
   const envelopes = parseEnvelopes(body, body.length)
   const first = envelopes instanceof ConnectError ? undefined : envelopes[0]
-  const requestId = first === undefined ? undefined : Either.getOrUndefined(Dialect.decodeRunSseRequest(first.payload))
-  return requestId === undefined ? undefined : { requestId }
+  return first === undefined ? undefined : Either.getOrUndefined(Dialect.decodeRunSseRequest(first.payload))
+}
+
+/** The conversation a run request names (one with no id of its own is keyed by its request, as the session keys it); undefined for any other append. */
+const runConversationOf = (body: Uint8Array, requestId: string): string | undefined => {
+  const frame = Dialect.decodeBidiAppendFrame(body)
+  const message = Either.isRight(frame) ? Either.getOrUndefined(frame.right.message) : undefined
+  return message?._tag === "RunRequest" ? message.conversationId ?? requestId : undefined
 }
 
 /** How long a reader waits for its request's run request to say where the request is served, and how often it looks. */
@@ -58,13 +57,11 @@ const readerRoute = (cluster: ClusterService, sessions: { readonly get: (request
 /** A request taken from an instance that is gone: its turn, when one is running, resumed here. */
 type RunnerService = Context.Tag.Service<Runner>
 
-export const takeOver = (cluster: ClusterService, runner: RunnerService, requestId: string) =>
+export const takeOver = (runner: RunnerService, requestId: string) =>
   Effect.gen(function*() {
     const found = yield* runner.findStartedTurn(`${requestId}/`, (inputId: string) => parseInputId(requestId, inputId) !== undefined)
     if (Option.isNone(found) || found.value._tag !== "Running") return
     const conversationId = found.value.turn.conversationId
-    // Its next requests come here too (the gone instance was its home).
-    yield* cluster.adopt(conversationId).pipe(Effect.catchAll((error) => Effect.logWarning(`cluster: ${error.message}`)))
     const outcome = yield* runner.recoverConversation(conversationId)
     yield* Effect.logInfo(`cluster: took over ${requestId} (conversation ${conversationId}) from an instance that is gone: ${outcome}`)
   })
@@ -73,22 +70,22 @@ export const make = (cluster: ClusterService, sessions: { readonly get: (request
   instanceId: cluster.instanceId,
   where: (call, body, headers) => {
     if (!cluster.shared || headers[HOP_HEADER] !== undefined) return undefined
-    const named = callOf(call, body)
-    if (named === undefined || sessions.get(named.requestId) !== undefined) return undefined
-    const { conversationId, requestId } = named
+    const requestId = requestIdOf(call, body)
+    if (requestId === undefined || sessions.get(requestId) !== undefined) return undefined
+    const conversationId = call === "BidiAppend" ? runConversationOf(body, requestId) : undefined
     const route = call === "RunSSE"
       ? readerRoute(cluster, sessions, requestId)
       : conversationId !== undefined
       ? cluster.routeTurn(requestId, conversationId)
       : cluster.route(requestId)
     return route.pipe(
-      Effect.tap((route) => route._tag === "Here" && route.tookOver ? takeOver(cluster, runner, requestId) : Effect.void),
+      Effect.tap((route) => route._tag === "Here" && route.tookOver ? takeOver(runner, requestId) : Effect.void),
       Effect.mapError((error) => new ConnectError("unavailable", `${error.message}; send it again`))
     )
   },
   forget: (body, call) => {
-    const named = callOf(call, body)
-    if (named !== undefined) cluster.forget(named.requestId)
+    const requestId = requestIdOf(call, body)
+    if (requestId !== undefined) cluster.forget(requestId)
   }
 })
 

@@ -37,11 +37,17 @@ export const decodeBidiAppend = (body: Uint8Array, found?: UnknownSink): Either.
  * frame's `message` error, so its seqno is still taken.
  */
 export const decodeBidiAppendFrame = (body: Uint8Array, found?: UnknownSink): Either.Either<BidiAppendFrame, DialectError> =>
+  Either.map(parseAppend(body, found), ({ request, requestId }) => ({ requestId, appendSeqno: request.appendSeqno, message: messageOf(request, found) }))
+
+/** A BidiAppend body's request id alone, its message left undecoded (where the call is served). */
+export const decodeBidiAppendRequestId = (body: Uint8Array): Either.Either<string, DialectError> =>
+  Either.map(parseAppend(body, undefined), ({ requestId }) => requestId)
+
+const parseAppend = (body: Uint8Array, found: UnknownSink | undefined) =>
   Either.flatMap(parse("BidiAppendRequest", () => fromBinary(BidiAppendRequestSchema, body)), (request) => {
     if (found !== undefined) walkUnknown(BidiAppendRequestSchema, request, found)
     const requestId = request.requestId?.requestId ?? ""
-    if (requestId === "") return fail("missingField", "BidiAppendRequest.request_id is missing")
-    return Either.right({ requestId, appendSeqno: request.appendSeqno, message: messageOf(request, found) })
+    return requestId === "" ? fail("missingField", "BidiAppendRequest.request_id is missing") : Either.right({ request, requestId })
   })
 
 /** The message of a parsed `BidiAppendRequest` (`data` hex, or `data_binary` raw bytes). */

@@ -6,6 +6,8 @@
  * turn holds.
  */
 import { Deferred, Effect, FiberMap, Option } from "effect"
+import { solo } from "../Cluster.js"
+import type { ClusterService } from "../Cluster.js"
 import type { ToolResultMessage } from "../Llm.js"
 import { Command, Input } from "../Loop.js"
 import { Envelope, offerEffect, turnRefOf } from "./Actor.js"
@@ -64,9 +66,13 @@ export const resume = (env: RunnerEnv, actor: Actor, acc: ActorState) =>
     return "none" as const
   }).pipe(Effect.catchAll((error) => Effect.logError("runner: recovery failed", error).pipe(Effect.as("none" as const))))
 
-/** One conversation's actor resumes what its committed state says is in flight; what it did. */
-export const recoverOne = (env: RunnerEnv) => (conversationId: string) =>
+/**
+ * One conversation's actor resumes what its committed state says is in flight; what it did. With
+ * other instances (a conversation taken over from one that is gone), this one becomes its home first.
+ */
+export const recoverOne = (env: RunnerEnv, cluster: ClusterService = solo) => (conversationId: string) =>
   Effect.gen(function*() {
+    yield* cluster.adopt(conversationId).pipe(Effect.catchAll((error) => Effect.logWarning(`cluster: ${error.message}`)))
     const reply = yield* Deferred.make<RecoveryOutcome>()
     yield* env.deliver(conversationId, Envelope.Resume({ reply }))
     return yield* Deferred.await(reply)

@@ -66,6 +66,9 @@ const ConnectCodeSchema = Schema.Literal(
   "data_loss", "unauthenticated"
 )
 
+/** Whether `code` is one of Connect's codes. */
+export const isConnectCode: (code: unknown) => code is ConnectCode = Schema.is(ConnectCodeSchema)
+
 /** A Connect error as it travels: code, message, optional typed details. */
 export class ConnectError extends Schema.TaggedError<ConnectError>("cursor-byok/ConnectError")("ConnectError", {
   code: ConnectCodeSchema,
@@ -80,6 +83,21 @@ export class ConnectError extends Schema.TaggedError<ConnectError>("cursor-byok/
       ? { code: this.code, message: this.message }
       : { code: this.code, message: this.message, details: this.details.map((d) => ({ type: d.type, value: base64NoPad(d.value) })) }
   }
+}
+
+/**
+ * A Connect error as its JSON says it (a unary answer's body, or an end-stream's `error`):
+ * `{ code, message, details: [{ type, value (base64) }] }`; a code it does not know is `fallback`,
+ * or undefined without one.
+ */
+export const connectErrorOfJson = (error: { code?: unknown; message?: unknown; details?: unknown }, fallback?: ConnectCode): ConnectError | undefined => {
+  const code = isConnectCode(error.code) ? error.code : fallback
+  if (code === undefined) return undefined
+  const details = Array.isArray(error.details)
+    ? error.details.flatMap((d: { type?: unknown; value?: unknown }) =>
+      typeof d?.type === "string" && typeof d.value === "string" ? [{ type: d.type, value: new Uint8Array(Buffer.from(d.value, "base64")) }] : [])
+    : []
+  return new ConnectError(code, typeof error.message === "string" ? error.message : "", details)
 }
 
 /** An error as a unary answer: the HTTP status and the JSON body. */

@@ -53,10 +53,7 @@ export const resume = (env: InputEnv, session: Session) =>
       }
       const turn = yield* env.sessions.sessionFor(turnRequest)
       // Taken over from an instance that is gone: resumed here from the store (the model call re-issued).
-      if (Either.isRight(route) && route.right._tag === "Here" && route.right.tookOver) {
-        yield* env.cluster.adopt(conversationId).pipe(Effect.ignore)
-        yield* env.runner.recoverConversation(conversationId)
-      }
+      if (Either.isRight(route) && route.right._tag === "Here" && route.right.tookOver) yield* env.runner.recoverConversation(conversationId)
       // Recovered after a restart (or just now): the runner speaks for it under its own request id.
       return yield* mirror(env, session, turn)
     }

@@ -9,8 +9,7 @@
 import * as Http from "node:http"
 import * as Https from "node:https"
 import { HOP_HEADER } from "../../Cluster.js"
-import { ConnectError } from "../Connect.js"
-import type { ConnectCode } from "../Connect.js"
+import { ConnectError, connectErrorOfJson } from "../Connect.js"
 
 const agents = { http: new Http.Agent({ keepAlive: true }), https: new Https.Agent({ keepAlive: true }) }
 
@@ -45,19 +44,11 @@ const unreachable = (address: string, reason: string) => {
 /** Whether the holder never answered (gone, or not an instance): its route is worth asking again at once. */
 export const isUnreachable = (error: ConnectError): boolean => unreached.has(error)
 
-const CODES = new Set<string>([
-  "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found", "already_exists", "permission_denied",
-  "resource_exhausted", "failed_precondition", "aborted", "out_of_range", "unimplemented", "internal", "unavailable",
-  "data_loss", "unauthenticated"
-])
-
-/** A Connect error answer (JSON `{ code, message }`) as the error it carries. */
+/** A Connect error answer (JSON `{ code, message, details }`) as the error it carries, details and all. */
 const errorOf = (status: number, body: Buffer, address: string): ConnectError => {
   try {
-    const parsed = JSON.parse(body.toString("utf8")) as { code?: unknown; message?: unknown }
-    if (typeof parsed.code === "string" && CODES.has(parsed.code)) {
-      return new ConnectError(parsed.code as ConnectCode, typeof parsed.message === "string" ? parsed.message : "")
-    }
+    const error = connectErrorOfJson(JSON.parse(body.toString("utf8")) as Record<string, unknown>)
+    if (error !== undefined) return error
   } catch {
     // not JSON: said below
   }

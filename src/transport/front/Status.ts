@@ -6,7 +6,7 @@
  */
 import { BinaryWriter } from "@bufbuild/protobuf/wire"
 import type { IncomingHttpHeaders } from "node:http"
-import { ConnectError } from "../Connect.js"
+import { ConnectError, connectErrorOfJson } from "../Connect.js"
 import type { ConnectCode } from "../Connect.js"
 
 /** gRPC's status numbers, in the order of its table (0 is OK). */
@@ -47,8 +47,6 @@ export const trailersOf = (error: ConnectError | undefined): Record<string, stri
       ...(error.details.length > 0 ? { "grpc-status-details-bin": statusDetailsBin(error) } : {})
     }
 
-const CODES = new Set<string>(GRPC_CODES)
-
 /**
  * The outcome a Connect end-stream frame's JSON payload says (undefined: success). A payload
  * that is not one reads as `internal`, never a throw.
@@ -57,13 +55,7 @@ export const outcomeOfEndStream = (payload: Uint8Array): ConnectError | undefine
   try {
     const parsed = JSON.parse(Buffer.from(payload).toString("utf8")) as { error?: { code?: unknown; message?: unknown; details?: unknown } }
     const error = parsed.error
-    if (error === undefined || error === null) return undefined
-    const code = typeof error.code === "string" && CODES.has(error.code) ? error.code as ConnectCode : "unknown"
-    const details = Array.isArray(error.details)
-      ? error.details.flatMap((d: { type?: unknown; value?: unknown }) =>
-        typeof d?.type === "string" && typeof d.value === "string" ? [{ type: d.type, value: new Uint8Array(Buffer.from(d.value, "base64")) }] : [])
-      : []
-    return new ConnectError(code, typeof error.message === "string" ? error.message : "", details)
+    return error === undefined || error === null ? undefined : connectErrorOfJson(error, "unknown")
   } catch {
     return new ConnectError("internal", "the stream ended with an unreadable outcome")
   }
