@@ -4,6 +4,8 @@
  * top functions by self time and the files by self time. Not part of `npm run bench`.
  *
  *   node_modules/.bin/tsx bench/profile.ts [streams] [deltas] [minMs] [maxMs] [rounds]
+ *
+ * BENCH_WARM=N starts the profile after N rounds; BENCH_KEPT=1 keeps each client's connections.
  */
 import { existsSync, mkdtempSync, readFileSync } from "node:fs"
 import { SourceMap } from "node:module"
@@ -11,6 +13,7 @@ import { tmpdir } from "node:os"
 import { join, relative } from "node:path"
 import { performance } from "node:perf_hooks"
 import { pathToFileURL } from "node:url"
+import { CursorClient } from "../test/support/CursorClient.js"
 import { repoRoot, startServer } from "./support/child.js"
 import * as Provider from "./support/provider.js"
 import { concurrently, serverStream } from "./support/streams.js"
@@ -110,13 +113,19 @@ const main = async () => {
   const server = await startServer(provider.baseUrl, { compiled: process.env["BENCH_TSX"] !== "1" })
   const path = join(dir, "server.cpuprofile")
   let sequence = 0
+  // BENCH_KEPT=1: clients that keep their connections from round to round, as Cursor does.
+  const kept = process.env["BENCH_KEPT"] === "1"
+    ? Array.from({ length: streams }, () => new CursorClient({ baseUrl: server.baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000 }))
+    : []
   try {
     for (let round = 0; round <= rounds; round++) {
       // BENCH_WARM=N: the profile starts after N rounds (V8 compiles hot code for the first ~1,000 turns).
       if (round === Math.max(1, Number(process.env["BENCH_WARM"] ?? 1))) await server.profileStart()
       const started = performance.now()
       const cpuStart = server.cpuSeconds()
-      const results = await concurrently(streams, 100, () => serverStream(server.baseUrl, provider, { id: `p${sequence++}`, deltas, minMs, maxMs }))
+      const results = await concurrently(streams, 100, (index) =>
+        serverStream(server.baseUrl, provider, { id: `p${sequence++}`, deltas, minMs, maxMs }, kept[index] !== undefined ? { client: kept[index] } : {})
+      )
       const problems = results.flatMap((r) => r.problems)
       const seconds = (performance.now() - started) / 1000
       console.error(`round ${round}: ${results.reduce((n, r) => n + r.deltas, 0)} deltas in ${seconds.toFixed(2)} s, server CPU ${(server.cpuSeconds() - cpuStart).toFixed(2)} s, ${problems.length} problems ${problems.slice(0, 2).join("; ")}`)
@@ -124,6 +133,7 @@ const main = async () => {
     }
     await server.profileStop(path)
   } finally {
+    kept.forEach((client) => client.close())
     await server.dispose()
     await provider.close()
   }

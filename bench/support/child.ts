@@ -67,6 +67,9 @@ const cpuSecondsOf = (pid: number): number => {
   return (Number(fields[11]) + Number(fields[12])) / 100
 }
 
+/** How many of a child's last output lines are kept (`output()`); BENCH_OUTPUT_LINES to read more (a `--trace-gc` run). */
+const outputLines = Number(process.env["BENCH_OUTPUT_LINES"] ?? 40)
+
 const bundled = new Map<string, string>()
 
 /** Bundles a support script as the server's bundle is made (once per process); returns the bundle's path. */
@@ -88,10 +91,11 @@ const launch = (script: string, options: ChildOptions): Promise<Child> =>
   new Promise((resolve, reject) => {
     // With its source map, as `npm start` runs the server bundle.
     // With the flags `npm start` gives it (package.json `config.nodeFlags`: source maps, heap sizing).
-    const entry = options.prebuilt !== undefined
-      ? [...startFlags(repoRoot), options.prebuilt]
-      : options.compiled !== false ? [...startFlags(repoRoot), bundle(script)] : ["--import", "tsx", join(here, script)]
-    const child: ChildProcess = spawn(process.execPath, ["--expose-gc", ...(options.nodeFlags ?? []), ...entry], {
+    // The caller's flags after `npm start`'s: V8 takes the last of a flag given twice (`--max-semi-space-size`).
+    const [flags, entry] = options.prebuilt !== undefined
+      ? [startFlags(repoRoot), [options.prebuilt]]
+      : options.compiled !== false ? [startFlags(repoRoot), [bundle(script)]] : [[], ["--import", "tsx", join(here, script)]]
+    const child: ChildProcess = spawn(process.execPath, ["--expose-gc", ...flags, ...(options.nodeFlags ?? []), ...entry], {
       cwd: repoRoot,
       stdio: ["ignore", "pipe", "pipe", "ipc"],
       env: { ...process.env, ...options.env }
@@ -116,7 +120,7 @@ const launch = (script: string, options: ChildOptions): Promise<Child> =>
     }, 30_000)
     const keep = (text: string) => {
       for (const line of text.split("\n")) if (line !== "") lines.push(line)
-      if (lines.length > 40) lines.splice(0, lines.length - 40)
+      if (lines.length > outputLines) lines.splice(0, lines.length - outputLines)
     }
     child.stderr!.setEncoding("utf8").on("data", keep)
     child.stdout!.setEncoding("utf8").on("data", (text: string) => {
