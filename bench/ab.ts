@@ -25,11 +25,11 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { repoRoot, startServer } from "./support/child.js"
 import type { ServerChild } from "./support/child.js"
-import { CursorClient } from "../test/support/CursorClient.js"
+import type { CursorClient } from "../test/support/CursorClient.js"
 import { mcpToolSet } from "./support/mcp.js"
 import * as Provider from "./support/provider.js"
 import { median, spread } from "./support/stats.js"
-import { concurrently, serverStream } from "./support/streams.js"
+import { concurrently, serverStream, keptClients } from "./support/streams.js"
 
 const git = (...args: ReadonlyArray<string>) => execFileSync("git", args, { cwd: repoRoot, encoding: "utf8" }).trim()
 
@@ -79,7 +79,7 @@ export const run = async (revA: string, revB = ".", rounds = 12, turns = 50, sha
     let sequence = 0
     // `kept`: each server's clients keep their connections from round to round, as Cursor does.
     kept = servers.map((server) =>
-      Array.from({ length: shape === "kept" ? turns : 0 }, () => new CursorClient({ baseUrl: server.baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000 }))
+      keptClients(server.baseUrl, shape === "kept" ? turns : 0)
     )
     const round = async (server: ServerChild) => {
       const before = server.cpuSeconds()

@@ -31,10 +31,10 @@ import { startRelay, startServer } from "./support/child.js"
 import type { Child } from "./support/child.js"
 import * as Provider from "./support/provider.js"
 import { loadAverage, median, spread } from "./support/stats.js"
-import { CursorClient } from "../test/support/CursorClient.js"
+import type { CursorClient } from "../test/support/CursorClient.js"
 import { openRunSession, runStream } from "./support/run.js"
 import type { RunSession } from "./support/run.js"
-import { concurrently, relayStream, serverStream } from "./support/streams.js"
+import { concurrently, relayStream, serverStream, keptClients } from "./support/streams.js"
 import type { StreamResult, StreamSpec } from "./support/streams.js"
 
 export interface CostOptions {
@@ -54,7 +54,7 @@ export const run = async (options: CostOptions = {}) => {
   const server = await startServer(provider.baseUrl)
   let sequence = 0
   const problems: Array<string> = []
-  const kept = Array.from({ length: turns }, () => new CursorClient({ baseUrl: server.baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000 }))
+  const kept = keptClients(server.baseUrl, turns)
   /** A round of `count` streams of `deltas` deltas each through `stream`, and the CPU `child` used meanwhile. */
   const measure = async (child: Child, count: number, deltas: number, minMs: number, maxMs: number, staggerMs: number, stream: (spec: StreamSpec, index: number) => Promise<StreamResult>) => {
     const cpuStart = child.cpuSeconds()

@@ -16,7 +16,7 @@ import { startServer } from "./support/child.js"
 import type { ServerChild } from "./support/child.js"
 import * as Provider from "./support/provider.js"
 import { loadAverage, median, percentile, spread } from "./support/stats.js"
-import { concurrently, serverStream } from "./support/streams.js"
+import { concurrently, serverStream, keptClients } from "./support/streams.js"
 import * as Balancer from "../test/support/Balancer.js"
 import { CursorClient } from "../test/support/CursorClient.js"
 import { findPgBin, freePort, freshDatabase, startCluster } from "../test/support/Postgres.js"
@@ -44,7 +44,7 @@ export const run = async (options: { readonly runs?: number } = {}) => {
     for (let r = 0; r < runs + 1; r++) {
       for (const n of [1, 2, 3]) {
         const balancer = await Balancer.start(servers.slice(0, n).map((server) => server.baseUrl))
-        const clients = Array.from({ length: 50 }, () => new CursorClient({ baseUrl: balancer.baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000 }))
+        const clients = keptClients(balancer.baseUrl, 50)
         try {
           const started = performance.now()
           const turns = await concurrently(50, 100, (i) => serverStream(balancer.baseUrl, provider, { id: `i${sequence++}`, deltas: 3, minMs: 0, maxMs: 0 }, { client: clients[i]! }))

@@ -13,10 +13,9 @@ import { tmpdir } from "node:os"
 import { join, relative } from "node:path"
 import { performance } from "node:perf_hooks"
 import { pathToFileURL } from "node:url"
-import { CursorClient } from "../test/support/CursorClient.js"
 import { repoRoot, startServer } from "./support/child.js"
 import * as Provider from "./support/provider.js"
-import { concurrently, serverStream } from "./support/streams.js"
+import { concurrently, serverStream, keptClients } from "./support/streams.js"
 
 interface ProfileNode {
   readonly id: number
@@ -115,7 +114,7 @@ const main = async () => {
   let sequence = 0
   // BENCH_KEPT=1: clients that keep their connections from round to round, as Cursor does.
   const kept = process.env["BENCH_KEPT"] === "1"
-    ? Array.from({ length: streams }, () => new CursorClient({ baseUrl: server.baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000 }))
+    ? keptClients(server.baseUrl, streams)
     : []
   try {
     for (let round = 0; round <= rounds; round++) {

@@ -15,8 +15,7 @@ import { startServer } from "./support/child.js"
 import type { ServerChild } from "./support/child.js"
 import * as Provider from "./support/provider.js"
 import { loadAverage, median, spread } from "./support/stats.js"
-import { CursorClient } from "../test/support/CursorClient.js"
-import { concurrently, serverStream } from "./support/streams.js"
+import { concurrently, serverStream, keptClients } from "./support/streams.js"
 import { findPgBin, freshDatabase, startCluster } from "../test/support/Postgres.js"
 
 /** CPU seconds of every process whose parent is `pid`, and its own (the postmaster and its backends). */
@@ -45,7 +44,7 @@ export const run = async (options: { readonly runs?: number; readonly turns?: nu
   const provider = await Provider.start()
   const sqlite = await startServer(provider.baseUrl)
   const postgres = await startServer(provider.baseUrl, { database: await freshDatabase(cluster.url, "bench") })
-  const keptOf = (server: ServerChild) => Array.from({ length: turns }, () => new CursorClient({ baseUrl: server.baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000 }))
+  const keptOf = (server: ServerChild) => keptClients(server.baseUrl, turns)
   const kept = new Map([[sqlite, keptOf(sqlite)], [postgres, keptOf(postgres)]])
   const problems: Array<string> = []
   let sequence = 0

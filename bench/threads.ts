@@ -7,11 +7,10 @@
  */
 import { readdirSync, readFileSync } from "node:fs"
 import { loadavg } from "node:os"
-import { CursorClient } from "../test/support/CursorClient.js"
 import { startServer } from "./support/child.js"
 import * as Provider from "./support/provider.js"
 import { median, spread } from "./support/stats.js"
-import { concurrently, serverStream } from "./support/streams.js"
+import { concurrently, serverStream, keptClients } from "./support/streams.js"
 
 const threadCpu = (pid: number): Map<string, number> => {
   const byName = new Map<string, number>()
@@ -34,7 +33,7 @@ const main = async () => {
   const turns = Number(turnsArg ?? 50)
   const provider = await Provider.start()
   const server = await startServer(provider.baseUrl, { nodeFlags: flags })
-  const kept = Array.from({ length: turns }, () => new CursorClient({ baseUrl: server.baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000 }))
+  const kept = keptClients(server.baseUrl, turns)
   let sequence = 0
   const samples = new Map<string, Array<number>>()
   try {

@@ -94,6 +94,13 @@ export const countProblems = (spec: StreamSpec, arrived: number, end: string | u
  * heartbeats (appends). A probe (`spec.cancelAfterDeltas`) sends a cancel append once that many
  * deltas arrived.
  */
+/** A client as the benches drive the server: generous timeouts, its own keep-alive agent. */
+export const benchClient = (baseUrl: string, options: { readonly heartbeatMs?: number } = {}): CursorClient =>
+  new CursorClient({ baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000, ...options })
+
+/** `count` clients that keep their connections from turn to turn, as Cursor does (`serverStream`'s `client`); close them after. */
+export const keptClients = (baseUrl: string, count: number): Array<CursorClient> => Array.from({ length: count }, () => benchClient(baseUrl))
+
 export const serverStream = async (
   baseUrl: string,
   provider: StampedProvider,
@@ -107,8 +114,7 @@ export const serverStream = async (
   } = {}
 ): Promise<StreamResult> => {
   // A client of the caller's keeps its connections from turn to turn (as Cursor does); by default each turn has its own.
-  const client = options.client ??
-    new CursorClient({ baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000, ...(options.heartbeatMs !== undefined ? { heartbeatMs: options.heartbeatMs } : {}) })
+  const client = options.client ?? benchClient(baseUrl, options.heartbeatMs !== undefined ? { heartbeatMs: options.heartbeatMs } : {})
   try {
     const turn = client.turn({
       conversationId: options.conversationId ?? randomUUID(),
