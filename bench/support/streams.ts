@@ -89,11 +89,6 @@ export const countProblems = (spec: StreamSpec, arrived: number, end: string | u
   return problems
 }
 
-/**
- * One turn through the server on RunSSE + BidiAppend; `heartbeatMs` makes the client send client
- * heartbeats (appends). A probe (`spec.cancelAfterDeltas`) sends a cancel append once that many
- * deltas arrived.
- */
 /** A client as the benches drive the server: generous timeouts, its own keep-alive agent. */
 export const benchClient = (baseUrl: string, options: { readonly heartbeatMs?: number } = {}): CursorClient =>
   new CursorClient({ baseUrl, turnTimeoutMs: 120_000, requestTimeoutMs: 60_000, ...options })
@@ -101,6 +96,11 @@ export const benchClient = (baseUrl: string, options: { readonly heartbeatMs?: n
 /** `count` clients that keep their connections from turn to turn, as Cursor does (`serverStream`'s `client`); close them after. */
 export const keptClients = (baseUrl: string, count: number): Array<CursorClient> => Array.from({ length: count }, () => benchClient(baseUrl))
 
+/**
+ * One turn through the server on RunSSE + BidiAppend; `heartbeatMs` makes the client send client
+ * heartbeats (appends). A probe (`spec.cancelAfterDeltas`) sends a cancel append once that many
+ * deltas arrived.
+ */
 export const serverStream = async (
   baseUrl: string,
   provider: StampedProvider,
